@@ -1,0 +1,1 @@
+"""Private implementation of toolstream's core; import public names from ``toolstream``."""

@@ -1,0 +1,400 @@
+"""The native wire format: events as plain JSON types, and back.
+
+``to_dict`` gives snake_case keys, ``"v": 1`` and omits optional fields that are
+``None``; ``from_dict`` validates at the boundary (``EventDecodeError`` names the
+field) and ignores keys it does not know, so newer producers stay readable.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union
+
+import attrs
+
+from .errors import EventDecodeError
+from .events import (
+    EVENT_CLASSES,
+    EVENT_TYPES,
+    BatchSnapshot,
+    CallSnapshot,
+    CallState,
+    ErrorInfo,
+    Event,
+    JSONValue,
+    RunSnapshot,
+    Snapshot,
+)
+
+__all__ = ["SCHEMA_VERSION", "from_dict", "json_schema", "to_dict"]
+
+SCHEMA_VERSION = 1
+
+_Decoder = Callable[[object, str], object]
+_Encoder = Callable[[object], object]
+
+
+# -- type introspection shared by encoding, decoding and the schema -----------------------
+
+
+def _members(tp: object) -> frozenset[object]:
+    return frozenset(typing.get_origin(a) or a for a in typing.get_args(tp))
+
+
+_JSON_MEMBERS = _members(JSONValue) - {type(None)}
+
+
+def _is_json_value(tp: object) -> bool:
+    """True for ``JSONValue`` (``get_type_hints`` returns an equal, not identical, union)."""
+    if tp is JSONValue:
+        return True
+    if typing.get_origin(tp) is not Union:
+        return False
+    return _members(tp) - {type(None)} == _JSON_MEMBERS
+
+
+def _split_optional(tp: object) -> tuple[object, bool]:
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) < len(typing.get_args(tp)):
+            return (args[0] if len(args) == 1 else Union[tuple(args)]), True
+    return tp, False
+
+
+_HINTS: dict[type, dict[str, object]] = {}
+
+
+def _hints(cls: type) -> dict[str, object]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls, include_extras=False)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _fields(cls: type) -> list[tuple[str, object, bool]]:
+    """(name, type, required) of an attrs class's init fields."""
+    hints = _hints(cls)
+    out = []
+    for f in attrs.fields(cls):
+        if not f.init:
+            continue
+        out.append((f.name, hints[f.name], f.default is attrs.NOTHING))
+    return out
+
+
+# -- encoding ---------------------------------------------------------------------------
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (ErrorInfo, RunSnapshot, BatchSnapshot, CallSnapshot, Snapshot)):
+        return _encode_record(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _encode_record(record: object) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in attrs.fields(type(record)):
+        value = getattr(record, f.name)
+        if value is None:
+            continue
+        out[f.name] = _plain(value)
+    return out
+
+
+_ENVELOPE = ("id", "session", "ts", "run_id", "call_id", "tool", "parent_call_id")
+_ENCODERS: dict[type, tuple[str, ...]] = {}
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The event as plain JSON types: ``{"v": 1, "type": ..., "id": ..., ...}``.
+
+    Optional fields that are ``None`` are omitted; ``call_id`` and ``tool`` are
+    always present (``""`` on run, batch and reset events).
+    """
+    cls = type(event)
+    names = _ENCODERS.get(cls)
+    if names is None:
+        if cls not in EVENT_TYPES:
+            raise TypeError(f"to_dict() takes a toolstream event, not {cls.__name__}")
+        names = tuple(f.name for f in attrs.fields(cls))
+        _ENCODERS[cls] = names
+    out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": cls.type}
+    for name in names:
+        value = getattr(event, name)
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is str or kind is float or kind is int or kind is bool or kind is dict or kind is list:
+            out[name] = value
+        else:
+            out[name] = _plain(value)
+    return out
+
+
+# -- decoding ---------------------------------------------------------------------------
+
+
+def _fail(path: str, expected: str, value: object) -> EventDecodeError:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return EventDecodeError(f"{path}: expected {expected}, got {shown}")
+
+
+def _check_json(value: object, path: str, depth: int = 0) -> object:
+    if depth > 64:
+        raise _fail(path, "JSON nested at most 64 deep", "...")
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _fail(path, "a finite number", value)
+        return value
+    if isinstance(value, list):
+        return [_check_json(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _fail(path, "string keys", k)
+            out[k] = _check_json(v, f"{path}.{k}", depth + 1)
+        return out
+    raise _fail(path, "a JSON value", value)
+
+
+def _decoder(tp: object) -> _Decoder:
+    if _is_json_value(tp):
+        return _check_json
+    inner, optional = _split_optional(tp)
+    base = _base_decoder(inner)
+    if not optional:
+        return base
+
+    def decode_optional(value: object, path: str) -> object:
+        return None if value is None else base(value, path)
+
+    return decode_optional
+
+
+def _base_decoder(tp: object) -> _Decoder:
+    if _is_json_value(tp):
+        return _check_json
+    if tp is str:
+
+        def decode_str(value: object, path: str) -> object:
+            if not isinstance(value, str):
+                raise _fail(path, "a string", value)
+            return value
+
+        return decode_str
+    if tp is bool:
+
+        def decode_bool(value: object, path: str) -> object:
+            if not isinstance(value, bool):
+                raise _fail(path, "a boolean", value)
+            return value
+
+        return decode_bool
+    if tp is int:
+
+        def decode_int(value: object, path: str) -> object:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise _fail(path, "an integer", value)
+            return value
+
+        return decode_int
+    if tp is float:
+
+        def decode_float(value: object, path: str) -> object:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise _fail(path, "a number", value)
+            if not math.isfinite(value):
+                raise _fail(path, "a finite number", value)
+            return value
+
+        return decode_float
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        enum_cls = tp
+        values = {m.value for m in enum_cls}
+
+        def decode_enum(value: object, path: str) -> object:
+            if value not in values:
+                raise _fail(path, f"one of {sorted(values)}", value)
+            return enum_cls(value)
+
+        return decode_enum
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+
+        def decode_literal(value: object, path: str) -> object:
+            if value not in allowed:
+                raise _fail(path, f"one of {list(allowed)}", value)
+            return value
+
+        return decode_literal
+    if origin is tuple:
+        item = _decoder(typing.get_args(tp)[0])
+
+        def decode_tuple(value: object, path: str) -> object:
+            if not isinstance(value, list):
+                raise _fail(path, "a list", value)
+            return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+        return decode_tuple
+    if origin is Mapping or origin is dict:
+        value_decoder = _decoder(typing.get_args(tp)[1])
+
+        def decode_mapping(value: object, path: str) -> object:
+            if not isinstance(value, dict):
+                raise _fail(path, "an object", value)
+            out = {}
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise _fail(path, "string keys", k)
+                out[k] = value_decoder(v, f"{path}.{k}")
+            return out
+
+        return decode_mapping
+    if isinstance(tp, type) and attrs.has(tp):
+        return _record_decoder(tp)
+    raise TypeError(f"no decoder for {tp!r}")  # pragma: no cover - a field type we forgot
+
+
+_RECORD_DECODERS: dict[type, _Decoder] = {}
+
+
+def _record_decoder(cls: type) -> _Decoder:
+    cached = _RECORD_DECODERS.get(cls)
+    if cached is not None:
+        return cached
+    specs: list[tuple[str, bool, _Decoder]] = []
+
+    def decode_record(value: object, path: str) -> object:
+        if not isinstance(value, dict):
+            raise _fail(path, f"an object ({cls.__name__})", value)
+        kwargs: dict[str, object] = {}
+        for name, required, decode in specs:
+            if name in value:
+                kwargs[name] = decode(value[name], f"{path}.{name}")
+            elif required:
+                raise EventDecodeError(f"{path}: missing field {name!r}")
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:  # pragma: no cover - validated above
+            raise EventDecodeError(f"{path}: {exc}") from None
+
+    _RECORD_DECODERS[cls] = decode_record
+    specs.extend((name, required, _decoder(tp)) for name, tp, required in _fields(cls))
+    return decode_record
+
+
+def from_dict(data: Mapping[str, Any]) -> Event:
+    """The event a :func:`to_dict` dict (or its JSON, parsed) describes.
+
+    Raises :class:`~toolstream.EventDecodeError` naming the bad field; unknown keys
+    are ignored.
+    """
+    if not isinstance(data, Mapping):
+        raise EventDecodeError(f"an event is a JSON object, got {type(data).__name__}")
+    version = data.get("v")
+    if version != SCHEMA_VERSION:
+        raise EventDecodeError(f"v: expected {SCHEMA_VERSION}, got {version!r}")
+    kind = data.get("type")
+    cls = EVENT_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise EventDecodeError(f"type: unknown event type {kind!r}")
+    decoded = _record_decoder(cls)(dict(data), cls.type)
+    assert isinstance(decoded, Event)
+    return decoded
+
+
+# -- JSON Schema ------------------------------------------------------------------------
+
+
+def _schema_for(tp: object, defs: dict[str, Any]) -> dict[str, Any]:
+    if _is_json_value(tp):
+        return {"description": "any JSON value"}
+    inner, optional = _split_optional(tp)
+    schema = _base_schema(inner, defs)
+    if optional and schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    return schema
+
+
+def _base_schema(tp: object, defs: dict[str, Any]) -> dict[str, Any]:
+    if _is_json_value(tp):
+        return {"description": "any JSON value"}
+    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
+    if tp in simple:
+        return {"type": simple[tp]}  # type: ignore[index]
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"type": "string", "enum": [m.value for m in tp]}
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return {"type": "string", "enum": list(typing.get_args(tp))}
+    if origin is tuple:
+        return {"type": "array", "items": _schema_for(typing.get_args(tp)[0], defs)}
+    if origin is not None and typing.get_args(tp) and len(typing.get_args(tp)) == 2:
+        return {
+            "type": "object",
+            "additionalProperties": _schema_for(typing.get_args(tp)[1], defs),
+        }
+    if isinstance(tp, type) and attrs.has(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # placeholder against recursion
+            defs[name] = _record_schema(tp, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    raise TypeError(f"no schema for {tp!r}")  # pragma: no cover
+
+
+def _record_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for name, tp, is_required in _fields(cls):
+        props[name] = _schema_for(tp, defs)
+        if is_required:
+            required.append(name)
+    doc = (cls.__doc__ or "").strip().splitlines()
+    schema: dict[str, Any] = {"type": "object", "properties": props, "required": required}
+    if doc:
+        schema["description"] = doc[0]
+    return schema
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of the native format, generated from the event classes."""
+    defs: dict[str, Any] = {}
+    variants = []
+    for cls in EVENT_TYPES:
+        record = _record_schema(cls, defs)
+        record["properties"] = {
+            "v": {"const": SCHEMA_VERSION},
+            "type": {"const": cls.type},
+            **record["properties"],
+        }
+        record["required"] = ["v", "type", *record["required"], "call_id", "tool"]
+        record["required"] = list(dict.fromkeys(record["required"]))
+        defs[cls.__name__] = record
+        variants.append({"$ref": f"#/$defs/{cls.__name__}"})
+    _ = CallState  # the call state enum is reached through CallSnapshot
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://toolstream.dev/schema/native-v1.json",
+        "title": "toolstream native event (v1)",
+        "oneOf": variants,
+        "$defs": dict(sorted(defs.items())),
+    }

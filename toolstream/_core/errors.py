@@ -1,0 +1,50 @@
+"""The exceptions toolstream raises; every one derives from :class:`ToolstreamError`."""
+
+from __future__ import annotations
+
+
+class ToolstreamError(Exception):
+    """Base class of every exception toolstream raises on purpose."""
+
+
+class LifecycleError(ToolstreamError):
+    """A tool call was reported out of order (strict trackers only).
+
+    Raised for a second terminal event, an event the call's state forbids, or a
+    backwards transition. The message names the call, its state and the attempt.
+    """
+
+    def __init__(self, message: str, *, call_id: str, state: str, attempted: str) -> None:
+        super().__init__(message)
+        self.call_id = call_id
+        self.state = state
+        self.attempted = attempted
+
+
+class SlowConsumer(ToolstreamError):
+    """A subscription fell further behind than its buffer allows and was cut.
+
+    Raised only by the subscription's iterator. Resume with ``after=`` the id of
+    the last event you handled.
+    """
+
+    def __init__(self, message: str, *, last_id: str | None = None) -> None:
+        super().__init__(message)
+        #: The id of the last event this subscription delivered, if any: resume after it.
+        self.last_id = last_id
+
+
+class ProviderStreamError(ToolstreamError):
+    """A provider stream chunk was malformed; the message names the chunk and field."""
+
+
+class DialectError(ToolstreamError):
+    """A wire dialect could not be created or could not encode an event."""
+
+
+class EventDecodeError(ToolstreamError, ValueError):
+    """A dict given to :func:`toolstream.from_dict` is not a valid toolstream event."""
+
+
+class BusClosed(ToolstreamError):
+    """The bus was closed: no more events are published or delivered."""

@@ -1,0 +1,342 @@
+"""The lifecycle event vocabulary: immutable classes built by the bus at publish."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import ClassVar, Literal, Union
+
+import attrs
+from typing_extensions import TypeAlias
+
+#: Any value that survives ``json.dumps``; every payload field holds one after the
+#: payload policy ran.
+JSONValue: TypeAlias = Union[
+    None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]
+]
+
+RunOutcome: TypeAlias = Literal["completed", "failed", "cancelled"]
+BatchPhaseName: TypeAlias = Literal["queued", "running", "done"]
+
+
+class CallState(str, enum.Enum):
+    """The state of one tool call, as a client sees it (a ``str``: ``"running"``...)."""
+
+    CREATED = "created"
+    READY = "ready"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    #: Open when a ``stream.reset`` arrived that no longer knew it (e.g. a server restart).
+    LOST = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        """True for completed, failed, cancelled and lost: nothing follows."""
+        return self in _TERMINAL_STATES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL_STATES = frozenset(
+    {CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED, CallState.LOST}
+)
+
+
+@attrs.frozen(kw_only=True)
+class ErrorInfo:
+    """What went wrong, as published: an exception's type name and message."""
+
+    type: str
+    message: str
+    retryable: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Base of every lifecycle event; the envelope every event carries.
+
+    Events are built by the bus when they are published, after the payload
+    policy ran, so every field a subscriber sees is final.
+    """
+
+    #: The wire name of the event (``"tool.completed"``...); a class-level constant.
+    type: ClassVar[str] = ""
+    #: Assigned by the bus; ordered by ``bus.compare``, never by string comparison.
+    id: str
+    #: The session (conversation, workflow) the event belongs to.
+    session: str
+    #: Publish time, seconds since the epoch, from the bus's clock.
+    ts: float
+    #: The run the call belongs to, when it is inside one.
+    run_id: str | None = None
+    #: The call's correlation id; ``""`` on run, batch and reset events.
+    call_id: str = ""
+    #: The tool's name; ``""`` on run, batch and reset events.
+    tool: str = ""
+    #: The call whose sub-agent made this call, if any.
+    parent_call_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Event):
+    """A run (one agent turn or request) began."""
+
+    type: ClassVar[str] = "run.started"
+    title: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished(Event):
+    """A run ended; every call it opened was closed before this event."""
+
+    type: ClassVar[str] = "run.finished"
+    outcome: RunOutcome = "completed"
+    error: ErrorInfo | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolCreated(Event):
+    """The model named a tool; its input may still be streaming."""
+
+    type: ClassVar[str] = "tool.created"
+    batch_id: str | None = None
+    #: The assistant message the call belongs to.
+    parent_id: str | None = None
+    title: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolArgsDelta(Event):
+    """A fragment of the call's JSON input text, after streaming redaction."""
+
+    type: ClassVar[str] = "tool.args.delta"
+    delta: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolReady(Event):
+    """The call's whole input is known (parsed, or flagged invalid)."""
+
+    type: ClassVar[str] = "tool.ready"
+    args: JSONValue = None
+    #: False when the input text was not valid JSON; ``args`` then holds the text.
+    args_valid: bool = True
+    summary: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolQueued(Event):
+    """The call waits for a concurrency slot in a batch."""
+
+    type: ClassVar[str] = "tool.queued"
+    batch_id: str | None = None
+    position: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolStarted(Event):
+    """The call's execution began."""
+
+    type: ClassVar[str] = "tool.started"
+    #: The input, when no earlier event of the call carried it.
+    args: JSONValue = None
+    summary: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolProgress(Event):
+    """Progress reported from inside a running call."""
+
+    type: ClassVar[str] = "tool.progress"
+    fraction: float | None = None
+    current: float | None = None
+    total: float | None = None
+    message: str | None = None
+    data: JSONValue = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutputDelta(Event):
+    """Text appended to the call's output so far."""
+
+    type: ClassVar[str] = "tool.output.delta"
+    text: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutputPartial(Event):
+    """A JSON value that replaces the call's partial output so far."""
+
+    type: ClassVar[str] = "tool.output.partial"
+    value: JSONValue = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolCompleted(Event):
+    """The call returned; terminal."""
+
+    type: ClassVar[str] = "tool.completed"
+    result: JSONValue = None
+    summary: str | None = None
+    duration_s: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolFailed(Event):
+    """The call raised or was reported failed; terminal."""
+
+    type: ClassVar[str] = "tool.failed"
+    error: ErrorInfo = attrs.field(factory=lambda: ErrorInfo(type="Error", message=""))
+    summary: str | None = None
+    duration_s: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolCancelled(Event):
+    """The call was cancelled, or closed by its run's end or its tracker's close; terminal."""
+
+    type: ClassVar[str] = "tool.cancelled"
+    reason: str | None = None
+    summary: str | None = None
+    duration_s: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BatchPhase(Event):
+    """A batch of parallel calls changed phase."""
+
+    type: ClassVar[str] = "batch.phase"
+    batch_id: str = ""
+    phase: BatchPhaseName = "queued"
+    call_ids: tuple[str, ...] = ()
+    #: How many of the batch's calls are in each state (state name -> count).
+    counts: Mapping[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CallSnapshot:
+    """Everything a client knows about one call at one point in the stream."""
+
+    call_id: str
+    tool: str
+    state: CallState
+    run_id: str | None = None
+    parent_call_id: str | None = None
+    batch_id: str | None = None
+    parent_id: str | None = None
+    title: str | None = None
+    #: The streamed input text so far (until the call is ready).
+    args_text: str = ""
+    args: JSONValue = None
+    args_valid: bool | None = None
+    summary: str | None = None
+    fraction: float | None = None
+    current: float | None = None
+    total: float | None = None
+    message: str | None = None
+    #: Text output accumulated from ``tool.output.delta``.
+    output_text: str = ""
+    #: The newest ``tool.output.partial`` value.
+    output: JSONValue = None
+    result: JSONValue = None
+    error: ErrorInfo | None = None
+    reason: str | None = None
+    created_ts: float | None = None
+    started_ts: float | None = None
+    ended_ts: float | None = None
+    duration_s: float | None = None
+    #: Id of the newest event applied to this call.
+    last_event_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunSnapshot:
+    """A run as a client knows it."""
+
+    run_id: str
+    #: ``"running"`` while open, else the outcome.
+    state: Literal["running", "completed", "failed", "cancelled"]
+    title: str | None = None
+    started_ts: float | None = None
+    ended_ts: float | None = None
+    error: ErrorInfo | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BatchSnapshot:
+    """A batch of parallel calls as a client knows it."""
+
+    batch_id: str
+    phase: BatchPhaseName
+    call_ids: tuple[str, ...] = ()
+    counts: Mapping[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """A session's calls, runs and batches at one point: what a ``stream.reset`` carries."""
+
+    calls: tuple[CallSnapshot, ...] = ()
+    runs: tuple[RunSnapshot, ...] = ()
+    batches: tuple[BatchSnapshot, ...] = ()
+
+    @property
+    def open_runs(self) -> tuple[RunSnapshot, ...]:
+        """The runs still running."""
+        return tuple(r for r in self.runs if r.state == "running")
+
+
+@attrs.frozen(kw_only=True)
+class StreamReset(Event):
+    """Replaces the client's state: sent to clients without a cursor and instead of an
+    impossible replay. Its id is the bus position at the snapshot."""
+
+    type: ClassVar[str] = "stream.reset"
+    snapshot: Snapshot = attrs.field(factory=Snapshot)
+
+
+ToolEvent: TypeAlias = Union[
+    RunStarted,
+    RunFinished,
+    ToolCreated,
+    ToolArgsDelta,
+    ToolReady,
+    ToolQueued,
+    ToolStarted,
+    ToolProgress,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolCompleted,
+    ToolFailed,
+    ToolCancelled,
+    BatchPhase,
+    StreamReset,
+]
+
+#: Every concrete event class, in the order of the design's table.
+EVENT_TYPES: tuple[type[Event], ...] = (
+    RunStarted,
+    RunFinished,
+    ToolCreated,
+    ToolArgsDelta,
+    ToolReady,
+    ToolQueued,
+    ToolStarted,
+    ToolProgress,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolCompleted,
+    ToolFailed,
+    ToolCancelled,
+    BatchPhase,
+    StreamReset,
+)
+
+#: Wire name -> class.
+EVENT_CLASSES: Mapping[str, type[Event]] = {cls.type: cls for cls in EVENT_TYPES}
+
+TERMINAL_EVENTS: tuple[type[Event], ...] = (ToolCompleted, ToolFailed, ToolCancelled)

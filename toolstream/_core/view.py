@@ -1,0 +1,457 @@
+"""LiveView: events in, per-call snapshots out — the reducer every client needs."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .events import (
+    BatchPhase,
+    BatchSnapshot,
+    CallSnapshot,
+    CallState,
+    ErrorInfo,
+    Event,
+    JSONValue,
+    RunFinished,
+    RunSnapshot,
+    RunStarted,
+    Snapshot,
+    StreamReset,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+
+__all__ = ["LiveView", "parse_event_id"]
+
+_ORDER = {
+    CallState.CREATED: 0,
+    CallState.READY: 1,
+    CallState.QUEUED: 2,
+    CallState.RUNNING: 3,
+    CallState.COMPLETED: 4,
+    CallState.FAILED: 4,
+    CallState.CANCELLED: 4,
+    CallState.LOST: 4,
+}
+
+_FIELDS = tuple(a.name for a in CallSnapshot.__attrs_attrs__)
+
+
+def parse_event_id(event_id: str) -> tuple[str, int]:
+    """Split an ``"<epoch>-<seq>"`` id; ``ValueError`` if it is not one."""
+    if not isinstance(event_id, str):
+        raise ValueError(f"an event id is a string, not {type(event_id).__name__}")
+    epoch, sep, seq = event_id.rpartition("-")
+    if not sep or not epoch or not seq.isdigit() or len(seq) > 20:
+        raise ValueError(f"not an event id: {event_id[:80]!r}")
+    return epoch, int(seq)
+
+
+def _default_compare(a: str, b: str) -> int:
+    ea, sa = parse_event_id(a)
+    eb, sb = parse_event_id(b)
+    if ea != eb:
+        raise ValueError("ids of different epochs do not compare")
+    return (sa > sb) - (sa < sb)
+
+
+class _Call:
+    """The mutable record behind one call; published as a frozen CallSnapshot."""
+
+    __slots__ = (*_FIELDS, "_snap", "args_parts", "output_parts", "output_len")
+
+    def __init__(self, call_id: str, tool: str) -> None:
+        for name in _FIELDS:
+            object.__setattr__(self, name, None)
+        self.call_id = call_id
+        self.tool = tool
+        self.state = CallState.CREATED
+        self.args_text = ""
+        self.output_text = ""
+        self.args_parts: list[str] = []
+        self.output_parts: list[str] = []
+        self.output_len = 0
+        self._snap: CallSnapshot | None = None
+
+    # attribute names come from _FIELDS; declare the ones used here for mypy
+    call_id: str
+    tool: str
+    state: CallState
+    run_id: str | None
+    parent_call_id: str | None
+    batch_id: str | None
+    parent_id: str | None
+    title: str | None
+    args_text: str
+    args: JSONValue
+    args_valid: bool | None
+    summary: str | None
+    fraction: float | None
+    current: float | None
+    total: float | None
+    message: str | None
+    output_text: str
+    output: JSONValue
+    result: JSONValue
+    error: ErrorInfo | None
+    reason: str | None
+    created_ts: float | None
+    started_ts: float | None
+    ended_ts: float | None
+    duration_s: float | None
+    last_event_id: str | None
+
+    @classmethod
+    def from_snapshot(cls, snap: CallSnapshot) -> _Call:
+        rec = cls(snap.call_id, snap.tool)
+        for name in _FIELDS:
+            object.__setattr__(rec, name, getattr(snap, name))
+        rec.args_parts = [snap.args_text] if snap.args_text else []
+        rec.output_parts = [snap.output_text] if snap.output_text else []
+        rec.output_len = len(snap.output_text)
+        rec._snap = snap
+        return rec
+
+    def copy(self) -> _Call:
+        rec = _Call.__new__(_Call)
+        for name in _Call.__slots__:
+            object.__setattr__(rec, name, getattr(self, name))
+        rec.args_parts = list(self.args_parts)
+        rec.output_parts = list(self.output_parts)
+        return rec
+
+    def snapshot(self, max_text: int) -> CallSnapshot:
+        snap = self._snap
+        if snap is None:
+            if len(self.args_parts) > 1:
+                self.args_parts = ["".join(self.args_parts)]
+            if len(self.output_parts) > 1:
+                self.output_parts = ["".join(self.output_parts)]
+            self.args_text = self.args_parts[0] if self.args_parts else ""
+            out = self.output_parts[0] if self.output_parts else ""
+            if len(out) > max_text:  # keep the newest output
+                out = out[-max_text:]
+                self.output_parts = [out]
+                self.output_len = len(out)
+            self.output_text = out
+            snap = CallSnapshot(**{name: getattr(self, name) for name in _FIELDS})
+            self._snap = snap
+        return snap
+
+
+class _SnapshotMapping(Mapping[str, CallSnapshot]):
+    """Read-only ``call_id -> CallSnapshot`` view of a LiveView's calls."""
+
+    __slots__ = ("_max_text", "_records")
+
+    def __init__(self, records: dict[str, _Call], max_text: int) -> None:
+        self._records = records
+        self._max_text = max_text
+
+    def __getitem__(self, call_id: str) -> CallSnapshot:
+        return self._records[call_id].snapshot(self._max_text)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __repr__(self) -> str:
+        return f"<calls {list(self._records)!r}>"
+
+
+class LiveView:
+    """Applies events and keeps what each call, run and batch looks like now.
+
+    Tolerant (a call first seen at any event is shown), idempotent (an event
+    older than the call's newest applied one is ignored, so replays are
+    harmless), and a :class:`~toolstream.StreamReset` replaces the state: calls
+    that were open and are missing from the reset become ``lost``. Finished
+    calls are kept up to ``max_finished`` (oldest dropped first); streamed text
+    per call up to ``max_text`` characters.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_finished: int = 500,
+        max_runs: int = 100,
+        max_text: int = 64 * 1024,
+        compare: Callable[[str, str], int] | None = None,
+    ) -> None:
+        if max_finished < 0 or max_runs < 1 or max_text < 0:
+            raise ValueError("max_finished, max_runs and max_text must be positive")
+        self.max_finished = max_finished
+        self.max_runs = max_runs
+        self.max_text = max_text
+        self._compare = compare or _default_compare
+        self._calls: dict[str, _Call] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        self._runs: OrderedDict[str, RunSnapshot] = OrderedDict()
+        self._batches: OrderedDict[str, BatchSnapshot] = OrderedDict()
+        #: Id of the newest event applied (a resume cursor), or None.
+        self.last_id: str | None = None
+        self.calls: Mapping[str, CallSnapshot] = _SnapshotMapping(self._calls, max_text)
+        """``call_id -> CallSnapshot`` for every call the view holds."""
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def runs(self) -> Mapping[str, RunSnapshot]:
+        """``run_id -> RunSnapshot``: open runs and the newest finished ones."""
+        return self._runs
+
+    @property
+    def batches(self) -> Mapping[str, BatchSnapshot]:
+        """``batch_id -> BatchSnapshot``."""
+        return self._batches
+
+    def open_calls(self) -> list[CallSnapshot]:
+        """The calls not yet in a terminal state, oldest first."""
+        return [
+            rec.snapshot(self.max_text) for rec in self._calls.values() if not rec.state.terminal
+        ]
+
+    def snapshot(self, *, run_id: str | None = None) -> Snapshot:
+        """Everything the view holds (or only one run's part) as an immutable Snapshot."""
+        calls = tuple(
+            rec.snapshot(self.max_text)
+            for rec in self._calls.values()
+            if run_id is None or rec.run_id == run_id
+        )
+        runs = tuple(r for r in self._runs.values() if run_id is None or r.run_id == run_id)
+        batches = tuple(self._batches.values())
+        if run_id is not None:
+            ids = {c.call_id for c in calls}
+            batches = tuple(b for b in batches if ids.intersection(b.call_ids))
+        return Snapshot(calls=calls, runs=runs, batches=batches)
+
+    def copy(self) -> LiveView:
+        """An independent copy (applying events to it leaves this view unchanged)."""
+        new = LiveView(
+            max_finished=self.max_finished,
+            max_runs=self.max_runs,
+            max_text=self.max_text,
+            compare=self._compare,
+        )
+        new._calls.update((k, rec.copy()) for k, rec in self._calls.items())
+        new._finished.update(self._finished)
+        new._runs.update(self._runs)
+        new._batches.update(self._batches)
+        new.last_id = self.last_id
+        return new
+
+    # -- applying ----------------------------------------------------------------------
+
+    def apply(self, event: Event) -> bool:
+        """Apply one event; False when it was ignored (a replay, or nothing to change)."""
+        if isinstance(event, StreamReset):
+            self.reset(event.snapshot, event_id=event.id, ts=event.ts)
+            return True
+        self.last_id = event.id
+        if isinstance(event, RunStarted):
+            self._set_run(
+                RunSnapshot(
+                    run_id=event.run_id or "",
+                    state="running",
+                    title=event.title,
+                    started_ts=event.ts,
+                )
+            )
+            return True
+        if isinstance(event, RunFinished):
+            old = self._runs.get(event.run_id or "")
+            self._set_run(
+                RunSnapshot(
+                    run_id=event.run_id or "",
+                    state=event.outcome,
+                    title=old.title if old else None,
+                    started_ts=old.started_ts if old else None,
+                    ended_ts=event.ts,
+                    error=event.error,
+                )
+            )
+            return True
+        if isinstance(event, BatchPhase):
+            self._batches[event.batch_id] = BatchSnapshot(
+                batch_id=event.batch_id,
+                phase=event.phase,
+                call_ids=event.call_ids,
+                counts=event.counts,
+            )
+            self._batches.move_to_end(event.batch_id)
+            while len(self._batches) > self.max_runs:
+                self._batches.popitem(last=False)
+            return True
+        if not event.call_id:
+            return False
+        return self._apply_call(event)
+
+    def reset(self, snapshot: Snapshot, *, event_id: str | None = None, ts: float | None = None) -> None:
+        """Replace the state with ``snapshot``; open calls missing from it become lost."""
+        present = {c.call_id for c in snapshot.calls}
+        for call_id, rec in self._calls.items():
+            if call_id not in present and not rec.state.terminal:
+                rec.state = CallState.LOST
+                rec.ended_ts = ts
+                rec.reason = "lost in a stream reset"
+                rec._snap = None
+                self._finished[call_id] = None
+        for snap in snapshot.calls:
+            self._calls[snap.call_id] = _Call.from_snapshot(snap)
+            self._finished.pop(snap.call_id, None)
+            if snap.state.terminal:
+                self._finished[snap.call_id] = None
+        present_runs = {r.run_id for r in snapshot.runs}
+        for run_id, run in list(self._runs.items()):
+            if run_id not in present_runs and run.state == "running":
+                self._runs[run_id] = RunSnapshot(
+                    run_id=run_id,
+                    state="cancelled",
+                    title=run.title,
+                    started_ts=run.started_ts,
+                    ended_ts=ts,
+                    error=ErrorInfo(type="Lost", message="lost in a stream reset"),
+                )
+        for run in snapshot.runs:
+            self._set_run(run)
+        for batch in snapshot.batches:
+            self._batches[batch.batch_id] = batch
+        self._trim()
+        if event_id is not None:
+            self.last_id = event_id
+
+    def _set_run(self, run: RunSnapshot) -> None:
+        self._runs[run.run_id] = run
+        self._runs.move_to_end(run.run_id)
+        if len(self._runs) > self.max_runs:
+            for run_id, r in list(self._runs.items()):
+                if len(self._runs) <= self.max_runs:
+                    break
+                if r.state != "running":
+                    del self._runs[run_id]
+
+    def _apply_call(self, event: Event) -> bool:
+        rec = self._calls.get(event.call_id)
+        if rec is None:
+            rec = _Call(event.call_id, event.tool)
+            rec.run_id = event.run_id
+            rec.parent_call_id = event.parent_call_id
+            rec.created_ts = event.ts
+            self._calls[event.call_id] = rec
+        else:
+            last = rec.last_event_id
+            if last is not None:
+                try:
+                    if self._compare(event.id, last) <= 0:
+                        return False  # already applied (a replay)
+                except ValueError:
+                    pass  # another epoch: a new stream, apply
+            if rec.state.terminal:
+                return False
+        rec.last_event_id = event.id
+        rec._snap = None
+        if event.run_id is not None:
+            rec.run_id = event.run_id
+        if event.tool and not rec.tool:
+            rec.tool = event.tool
+        cls = type(event)
+        if cls is ToolArgsDelta:
+            assert isinstance(event, ToolArgsDelta)
+            if rec.state is CallState.CREATED:
+                rec.args_parts.append(event.delta)
+        elif cls is ToolOutputDelta:
+            assert isinstance(event, ToolOutputDelta)
+            self._advance(rec, CallState.RUNNING, event.ts)
+            rec.output_parts.append(event.text)
+            rec.output_len += len(event.text)
+            if rec.output_len > 2 * self.max_text:
+                text = "".join(rec.output_parts)[-self.max_text :]
+                rec.output_parts = [text]
+                rec.output_len = len(text)
+        elif cls is ToolProgress:
+            assert isinstance(event, ToolProgress)
+            self._advance(rec, CallState.RUNNING, event.ts)
+            rec.fraction = event.fraction
+            rec.current = event.current
+            rec.total = event.total
+            if event.message is not None:
+                rec.message = event.message
+        elif cls is ToolOutputPartial:
+            assert isinstance(event, ToolOutputPartial)
+            self._advance(rec, CallState.RUNNING, event.ts)
+            rec.output = event.value
+        elif cls is ToolCreated:
+            assert isinstance(event, ToolCreated)
+            rec.batch_id = event.batch_id or rec.batch_id
+            rec.parent_id = event.parent_id or rec.parent_id
+            rec.title = event.title or rec.title
+        elif cls is ToolReady:
+            assert isinstance(event, ToolReady)
+            if self._advance(rec, CallState.READY, event.ts):
+                rec.args = event.args
+                rec.args_valid = event.args_valid
+                rec.args_parts = []
+                if event.summary is not None:
+                    rec.summary = event.summary
+        elif cls is ToolQueued:
+            assert isinstance(event, ToolQueued)
+            rec.batch_id = event.batch_id or rec.batch_id
+            self._advance(rec, CallState.QUEUED, event.ts)
+        elif cls is ToolStarted:
+            assert isinstance(event, ToolStarted)
+            if self._advance(rec, CallState.RUNNING, event.ts):
+                if event.args is not None:
+                    rec.args = event.args
+                    rec.args_valid = True if rec.args_valid is None else rec.args_valid
+                    rec.args_parts = []
+                if event.summary is not None:
+                    rec.summary = event.summary
+        elif cls is ToolCompleted or cls is ToolFailed or cls is ToolCancelled:
+            self._finish(rec, event)
+        return True
+
+    def _advance(self, rec: _Call, state: CallState, ts: float) -> bool:
+        """Move ``rec`` forward to ``state``; False when it is there or beyond already."""
+        if _ORDER[rec.state] >= _ORDER[state]:
+            return False
+        rec.state = state
+        if state is CallState.RUNNING and rec.started_ts is None:
+            rec.started_ts = ts
+        return True
+
+    def _finish(self, rec: _Call, event: Any) -> None:
+        if isinstance(event, ToolCompleted):
+            rec.state = CallState.COMPLETED
+            rec.result = event.result
+        elif isinstance(event, ToolFailed):
+            rec.state = CallState.FAILED
+            rec.error = event.error
+        else:
+            rec.state = CallState.CANCELLED
+            rec.reason = event.reason
+        if event.summary is not None:
+            rec.summary = event.summary
+        rec.ended_ts = event.ts
+        rec.duration_s = event.duration_s
+        if rec.started_ts is None:
+            rec.started_ts = event.ts
+        self._finished[rec.call_id] = None
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._finished) > self.max_finished:
+            call_id, _ = self._finished.popitem(last=False)
+            self._calls.pop(call_id, None)
