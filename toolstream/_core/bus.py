@@ -9,6 +9,7 @@ move: it costs the others nothing.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import secrets
@@ -17,10 +18,20 @@ import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import (
+    Any,
+    Generic,
+    Literal,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+    runtime_checkable,
+)
 
 import attrs
-from typing_extensions import Self, TypeAlias
+from typing_extensions import Self
 
 from .errors import BusClosed, SlowConsumer
 from .events import (
@@ -78,7 +89,8 @@ def _deep_size(value: object, depth: int) -> int:
     if isinstance(value, (list, tuple)):
         return 32 + sum(_deep_size(v, depth + 1) for v in value)
     if attrs.has(type(value)):
-        return 64 + sum(_deep_size(getattr(value, f.name), depth + 1) for f in attrs.fields(type(value)))
+        fields = attrs.fields(cast(Any, type(value)))
+        return 64 + sum(_deep_size(getattr(value, f.name), depth + 1) for f in fields)
     return 16
 
 
@@ -300,7 +312,11 @@ class EventBus:
         return event
 
     def _new_log(self, session: str) -> _Log:
-        log = _Log(session, self._forgotten_seq, LiveView(max_finished=self._max_finished, compare=self.compare))
+        log = _Log(
+            session,
+            self._forgotten_seq,
+            LiveView(max_finished=self._max_finished, compare=self.compare),
+        )
         self._logs[session] = log
         return log
 
@@ -595,7 +611,7 @@ class EventBus:
             type(e) is RunFinished and e.run_id == run for e in log.events[cursor - log.base :]
         )
 
-    def _resets(self, log: _Log, run: str | None) -> list[Event]:
+    def _resets(self, log: _Log, run: str | None) -> list[StreamReset]:
         position = f"{self.epoch}-{self._seq}"
         ts = self._clock()
         if log.session is not None:
@@ -671,16 +687,22 @@ def _coalesce(events: list[Event]) -> tuple[list[Event], int]:
 _MERGEABLE = frozenset({ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial})
 
 
-def _merge(prev: Any, event: Any) -> Event | None:
-    if type(event) is ToolArgsDelta:
+def _merge(prev: Event, event: Event) -> Event | None:
+    """``event`` absorbing ``prev`` (same call, same kind), or None if they stay apart."""
+    if isinstance(event, ToolArgsDelta) and isinstance(prev, ToolArgsDelta):
         if len(prev.delta) + len(event.delta) > _MERGED_TEXT_LIMIT:
             return None
         return attrs.evolve(event, delta=prev.delta + event.delta)
-    if type(event) is ToolOutputDelta:
+    if isinstance(event, ToolOutputDelta) and isinstance(prev, ToolOutputDelta):
         if len(prev.text) + len(event.text) > _MERGED_TEXT_LIMIT:
             return None
         return attrs.evolve(event, text=prev.text + event.text)
-    if type(event) is ToolProgress and event.message is None and prev.message is not None:
+    if (
+        isinstance(event, ToolProgress)
+        and isinstance(prev, ToolProgress)
+        and event.message is None
+        and prev.message is not None
+    ):
         return attrs.evolve(event, message=prev.message)
     return event  # progress, partial output: the newest replaces the older
 
@@ -724,7 +746,7 @@ class Subscription(Generic[E_co]):
         self._log: _Log | None = None
         self._cursor = 0
         self._replay_end = 0
-        self._pending: list[Event] = []  # resets due before the next slice
+        self._pending: list[StreamReset] = []  # resets due before the next slice
         self._buf: list[Any] = []
         self._buf_i = 0
         self._cut = False
@@ -885,7 +907,7 @@ class Subscription(Generic[E_co]):
                 # Data arrived between the two takes; the registration is harmless.
                 self._discard(waiter)
                 return batch
-            await waiter.wait(lambda: self._discard(waiter))
+            await waiter.wait(functools.partial(self._discard, waiter))
             waited = True
 
     def _discard(self, waiter: Waiter) -> None:

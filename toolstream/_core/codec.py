@@ -12,7 +12,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 import attrs
 
@@ -52,7 +52,7 @@ def _is_json_value(tp: object) -> bool:
     """True for ``JSONValue`` (``get_type_hints`` returns an equal, not identical, union)."""
     if tp is JSONValue:
         return True
-    if typing.get_origin(tp) is not Union:
+    if typing.get_origin(tp) not in (Union, types.UnionType):
         return False
     return _members(tp) - {type(None)} == _JSON_MEMBERS
 
@@ -62,7 +62,7 @@ def _split_optional(tp: object) -> tuple[object, bool]:
     if origin is Union or origin is types.UnionType:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) < len(typing.get_args(tp)):
-            return (args[0] if len(args) == 1 else Union[tuple(args)]), True
+            return (args[0] if len(args) == 1 else Union[tuple(args)]), True  # noqa: UP007
     return tp, False
 
 
@@ -105,7 +105,7 @@ def _plain(value: object) -> object:
 
 def _encode_record(record: object) -> dict[str, object]:
     out: dict[str, object] = {}
-    for f in attrs.fields(type(record)):
+    for f in attrs.fields(cast(Any, type(record))):
         value = getattr(record, f.name)
         if value is None:
             continue
@@ -136,7 +136,14 @@ def to_dict(event: Event) -> dict[str, Any]:
         if value is None:
             continue
         kind = type(value)
-        if kind is str or kind is float or kind is int or kind is bool or kind is dict or kind is list:
+        if (
+            kind is str
+            or kind is float
+            or kind is int
+            or kind is bool
+            or kind is dict
+            or kind is list
+        ):
             out[name] = value
         else:
             out[name] = _plain(value)
@@ -337,9 +344,9 @@ def _schema_for(tp: object, defs: dict[str, Any]) -> dict[str, Any]:
 def _base_schema(tp: object, defs: dict[str, Any]) -> dict[str, Any]:
     if _is_json_value(tp):
         return {"description": "any JSON value"}
-    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
-    if tp in simple:
-        return {"type": simple[tp]}  # type: ignore[index]
+    for kind, name in ((str, "string"), (bool, "boolean"), (int, "integer"), (float, "number")):
+        if tp is kind:
+            return {"type": name}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return {"type": "string", "enum": [m.value for m in tp]}
     origin = typing.get_origin(tp)

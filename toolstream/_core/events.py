@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import ClassVar, Literal, Union
+from typing import ClassVar, Literal, TypeAlias
 
 import attrs
-from typing_extensions import TypeAlias
 
 #: Any value that survives ``json.dumps``; every payload field holds one after the
 #: payload policy ran.
-JSONValue: TypeAlias = Union[
-    None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]
-]
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 
 RunOutcome: TypeAlias = Literal["completed", "failed", "cancelled"]
 BatchPhaseName: TypeAlias = Literal["queued", "running", "done"]
@@ -299,23 +296,24 @@ class StreamReset(Event):
     snapshot: Snapshot = attrs.field(factory=Snapshot)
 
 
-ToolEvent: TypeAlias = Union[
-    RunStarted,
-    RunFinished,
-    ToolCreated,
-    ToolArgsDelta,
-    ToolReady,
-    ToolQueued,
-    ToolStarted,
-    ToolProgress,
-    ToolOutputDelta,
-    ToolOutputPartial,
-    ToolCompleted,
-    ToolFailed,
-    ToolCancelled,
-    BatchPhase,
-    StreamReset,
-]
+ToolEvent: TypeAlias = (
+    RunStarted
+    | RunFinished
+    | ToolCreated
+    | ToolArgsDelta
+    | ToolReady
+    | ToolQueued
+    | ToolStarted
+    | ToolProgress
+    | ToolOutputDelta
+    | ToolOutputPartial
+    | ToolCompleted
+    | ToolFailed
+    | ToolCancelled
+    | BatchPhase
+    | StreamReset
+)
+"""Any concrete lifecycle event."""
 
 #: Every concrete event class, in the order of the design's table.
 EVENT_TYPES: tuple[type[Event], ...] = (

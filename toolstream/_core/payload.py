@@ -16,9 +16,9 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -145,7 +145,9 @@ class PayloadPolicy:
             raise ValueError("preview_chars must be >= 0")
         normalized = frozenset(re.sub(r"[^a-z0-9]", "", k.lower()) for k in self.secret_keys)
         object.__setattr__(self, "secret_keys", normalized)
-        object.__setattr__(self, "_pattern", _compile(self.secret_patterns) if self.redact else None)
+        object.__setattr__(
+            self, "_pattern", _compile(self.secret_patterns) if self.redact else None
+        )
 
     # -- keys and text -----------------------------------------------------------------
 
@@ -191,8 +193,11 @@ class PayloadPolicy:
 
         return pattern.sub(replace, text)
 
-    def text(self, text: str | None) -> str | None:
-        """A published text field (summary, message, reason...): redacted and capped."""
+    def text(self, text: object) -> str | None:
+        """A published text field (summary, message, reason...): redacted and capped.
+
+        ``None`` stays ``None``; anything that is not a string becomes its bounded repr.
+        """
         if text is None:
             return None
         if not isinstance(text, str):
@@ -268,10 +273,7 @@ class PayloadPolicy:
             return out
         if not walker.complete:
             size = max(size, _serialized_size(value, walker.size))
-        if isinstance(out, str):
-            preview = out[: self.preview_chars]
-        else:
-            preview = text[: self.preview_chars]
+        preview = (out if isinstance(out, str) else text)[: self.preview_chars]
         return {"truncated": True, "bytes": size, "preview": preview}
 
     def args_redactor(self) -> ArgsRedactor:
@@ -388,9 +390,8 @@ class _Walker:
             self.size += len(info.type) + len(info.message) + 24
             return {"type": info.type, "message": info.message}
         if attrs.has(type(value)):
-            return self.mapping(
-                ((f.name, getattr(value, f.name)) for f in attrs.fields(type(value))), depth, value
-            )
+            fields = attrs.fields(cast(Any, type(value)))
+            return self.mapping(((f.name, getattr(value, f.name)) for f in fields), depth, value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self.mapping(
                 ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value)), depth, value
@@ -443,7 +444,7 @@ class _Walker:
         try:
             if isinstance(value, (set, frozenset)):
                 try:
-                    value = sorted(value)  # type: ignore[type-var]
+                    value = sorted(value)
                 except TypeError:
                     value = list(value)
             out: list[JSONValue] = []
@@ -657,7 +658,8 @@ class ArgsRedactor:
         while i < n:
             if self._lexing == "string":
                 i = self._string(text, i, out)
-                if self.invalid:
+                if i < 0:
+                    self.invalid = True
                     break
                 continue
             c = text[i]
@@ -684,7 +686,7 @@ class ArgsRedactor:
 
     def _structural(self, c: str, out: list[str]) -> bool:
         state = self._state
-        if state == _VALUE or state == _ARRAY_START:
+        if state in (_VALUE, _ARRAY_START):
             if c == "]" and state == _ARRAY_START:
                 return self._close("[", out)
             if self._secret_next:
@@ -706,7 +708,7 @@ class ArgsRedactor:
                 self._lexing = "literal"
                 return True
             return False
-        if state == _OBJECT_START or state == _KEY:
+        if state in (_OBJECT_START, _KEY):
             if c == '"':
                 self._lexing = "string"
                 self._key = []
@@ -741,7 +743,7 @@ class ArgsRedactor:
             self._secret_depth = -1
 
     def _string(self, text: str, i: int, out: list[str]) -> int:
-        """Consume string content from ``text[i:]``; return the next index."""
+        """Consume string content from ``text[i:]``; return the next index (-1: not JSON)."""
         n = len(text)
         key = self._key
         hidden = self._secret_depth >= 0
@@ -750,10 +752,9 @@ class ArgsRedactor:
             if self._escape:
                 esc = self._escape + c
                 i += 1
-                if len(esc) == 2 and c not in 'u"\\/bfnrt' or len(esc) > 2 and c not in _HEX:
-                    self.invalid = True
-                    return n
-                if len(esc) == 2 and c == "u" or 2 < len(esc) < 6:
+                if (len(esc) == 2 and c not in 'u"\\/bfnrt') or (len(esc) > 2 and c not in _HEX):
+                    return -1
+                if (len(esc) == 2 and c == "u") or 2 < len(esc) < 6:
                     self._escape = esc
                     continue
                 self._escape = ""
@@ -778,8 +779,7 @@ class ArgsRedactor:
                 continue
             m = _STRING_RUN.match(text, i)
             if m is None:  # a raw control character: not JSON
-                self.invalid = True
-                return n
+                return -1
             i = m.end()
             if key is not None:
                 key.append(m.group(0))

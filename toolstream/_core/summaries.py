@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
-from typing_extensions import TypeAlias
 
 from .events import ErrorInfo, JSONValue
 
@@ -45,9 +44,9 @@ class Summarizer(Protocol):
         """A sentence for a failed call: "Command failed: exit code 2"."""
 
 
-StartTemplate: TypeAlias = Union[str, Callable[[CallInfo], "str | None"]]
-ResultTemplate: TypeAlias = Union[str, Callable[[CallInfo, Any], "str | None"]]
-ErrorTemplate: TypeAlias = Union[str, Callable[[CallInfo, ErrorInfo], "str | None"]]
+StartTemplate: TypeAlias = str | Callable[[CallInfo], "str | None"]
+ResultTemplate: TypeAlias = str | Callable[[CallInfo, Any], "str | None"]
+ErrorTemplate: TypeAlias = str | Callable[[CallInfo, ErrorInfo], "str | None"]
 
 
 @attrs.frozen
@@ -66,12 +65,12 @@ def format_duration(seconds: float | None) -> str:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
-    minutes, rest = divmod(int(round(seconds)), 60)
+    minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest} s"
 
 
 def _short(value: object, limit: int = 40) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value)
+    text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -165,7 +164,7 @@ class Summaries:
 
     @staticmethod
     def generic_start(call: CallInfo) -> str:
-        """"Running web_search (q='anyio')"."""
+        """ "Running web_search (q='anyio')"."""
         args = call.args
         if isinstance(args, dict) and args:
             shown = [f"{k}={_short(v)}" for k, v in list(args.items())[:3]]
@@ -175,18 +174,18 @@ class Summaries:
 
     @staticmethod
     def generic_result(call: CallInfo, result: object) -> str:
-        """"web_search finished in 1.4 s (12 items)"."""
+        """ "web_search finished in 1.4 s (12 items)"."""
         return f"{call.tool} finished in {format_duration(call.duration_s)}{_count(result)}"
 
     @staticmethod
     def generic_error(call: CallInfo, error: ErrorInfo) -> str:
-        """"web_search failed: TimeoutError: timed out"."""
+        """ "web_search failed: TimeoutError: timed out"."""
         detail = f"{error.type}: {error.message}" if error.message else error.type
         return f"{call.tool} failed: {detail}"
 
     @staticmethod
     def generic_cancelled(call: CallInfo, reason: str | None) -> str:
-        """"web_search cancelled: run finished"."""
+        """ "web_search cancelled: run finished"."""
         return f"{call.tool} cancelled: {reason}" if reason else f"{call.tool} cancelled"
 
     # -- helpers ------------------------------------------------------------------------

@@ -306,9 +306,7 @@ class CallHandle:
             self._state = _QUEUED
             if not self.hidden:
                 extra = t._first_fields(self) if first else {}
-                t._emit(
-                    ToolQueued, self, batch_id=self.batch_id, position=position, **extra
-                )
+                t._emit(ToolQueued, self, batch_id=self.batch_id, position=position, **extra)
 
     def start(self, args: Any = _UNSET) -> None:
         """Execution began. ``args``: the input, for a call whose input was not reported."""
@@ -319,9 +317,7 @@ class CallHandle:
                 return
             self._start_locked(args, prepared)
 
-    def _start_locked(
-        self, args: Any, prepared: tuple[JSONValue, bool, str | None] | None
-    ) -> None:
+    def _start_locked(self, args: Any, prepared: tuple[JSONValue, bool, str | None] | None) -> None:
         """Publish ``tool.started`` (lock held; the state allows it)."""
         t = self._tracker
         self._flush()
@@ -606,9 +602,7 @@ def _number(value: object) -> float | None:
     return int(number) if isinstance(value, int) else number
 
 
-def _fraction(
-    fraction: float | None, current: float | None, total: float | None
-) -> float | None:
+def _fraction(fraction: float | None, current: float | None, total: float | None) -> float | None:
     value = _number(fraction)
     if value is None:
         c, t = _number(current), _number(total)
@@ -745,10 +739,14 @@ class RunScope:
         title = t.payload.text(self.title)
         with t._lock:
             if self._started:
-                t._violation(f"run {self.run_id!r} was already started", self.run_id, "running", "start")
+                t._violation(
+                    f"run {self.run_id!r} was already started", self.run_id, "running", "start"
+                )
                 return self
             if t._closed:
-                t._violation(f"run {self.run_id!r}: the tracker is closed", self.run_id, "closed", "start")
+                t._violation(
+                    f"run {self.run_id!r}: the tracker is closed", self.run_id, "closed", "start"
+                )
                 return self
             self._started = True
             t._runs[self.run_id] = self
@@ -772,9 +770,7 @@ class RunScope:
                 t._violation(f"run {self.run_id!r} is {state}", self.run_id, state, "finish")
                 return
             self._finished = True
-            t._close_calls(
-                [h for h in t._open.values() if h.run_id == self.run_id], "run finished"
-            )
+            t._close_calls([h for h in t._open.values() if h.run_id == self.run_id], "run finished")
             t._runs.pop(self.run_id, None)
             t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
 
@@ -892,12 +888,14 @@ class Batch:
         """Run ``await fn(*args)`` as a call of the batch; returns its handle."""
         if self._tg is None:
             raise RuntimeError("start_soon() needs the batch to be entered (`async with`)")
-        name = tool or getattr(fn, "__name__", "tool")
+        name = tool or str(getattr(fn, "__name__", "tool"))
         scope = self.call(name, _bind_args(fn, args, {}), call_id=call_id, title=title)
         self._tg.start_soon(self._run, scope, fn, args)
         return scope.handle
 
-    async def _run(self, scope: CallScope, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+    async def _run(
+        self, scope: CallScope, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+    ) -> None:
         handle = scope.handle
         try:
             async with scope as call:
@@ -1088,7 +1086,9 @@ class Tracker:
     @overload
     def tool(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
     @overload
-    def tool(self, *, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    def tool(
+        self, fn: None = None, /, *, name: str | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
     def tool(
         self, fn: Callable[P, R] | None = None, /, *, name: str | None = None
@@ -1101,7 +1101,7 @@ class Tracker:
         """
 
         def decorate(func: Callable[P, R]) -> Callable[P, R]:
-            tool_name = name or getattr(func, "__name__", "tool")
+            tool_name = name or str(getattr(func, "__name__", "tool"))
             tracker = self
 
             def inside_same_call() -> bool:
@@ -1228,9 +1228,9 @@ class Tracker:
             return run_id
         for scope in reversed(_current_runs.get()):
             t = scope._tracker
-            if t is self or (t.bus is self.bus and t.session == self.session):
-                if not scope._finished:
-                    return scope.run_id
+            same = t is self or (t.bus is self.bus and t.session == self.session)
+            if same and not scope._finished:
+                return scope.run_id
         return None
 
     def _first_fields(self, handle: CallHandle, *, created: bool = False) -> dict[str, Any]:
@@ -1341,6 +1341,7 @@ class Tracker:
             duration_s=handle.duration_s,
         )
         summarizer = self.summarizer
+        text: object
         try:
             if kind == "start":
                 text = summarizer.start(info)

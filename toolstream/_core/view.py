@@ -299,7 +299,9 @@ class LiveView:
             return False
         return self._apply_call(event)
 
-    def reset(self, snapshot: Snapshot, *, event_id: str | None = None, ts: float | None = None) -> None:
+    def reset(
+        self, snapshot: Snapshot, *, event_id: str | None = None, ts: float | None = None
+    ) -> None:
         """Replace the state with ``snapshot``; open calls missing from it become lost."""
         present = {c.call_id for c in snapshot.calls}
         for call_id, rec in self._calls.items():

@@ -1,0 +1,29 @@
+"""Every async test runs on asyncio and on trio, through anyio's pytest plugin."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    # Mark async tests before anyio's own hook sees them, so it parametrizes the backend.
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.anyio(obj)
+
+
+def require(available: bool, reason: str) -> None:
+    """Skip a test whose component is missing, or fail under TOOLSTREAM_REQUIRE_ALL=1 (CI)."""
+    if available:
+        return
+    if os.environ.get("TOOLSTREAM_REQUIRE_ALL") == "1":
+        pytest.fail(f"required component missing (TOOLSTREAM_REQUIRE_ALL=1): {reason}")
+    pytest.skip(reason)

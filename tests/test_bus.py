@@ -1,0 +1,278 @@
+"""EventBus behaviour beyond the conformance suite: windows, budgets, slow consumers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+import toolstream as ts
+from toolstream.testing import assert_ids_increase
+
+
+def progress(bus: ts.EventBus, session: str = "s", call_id: str = "c", **fields: Any) -> ts.Event:
+    return bus.publish(ts.ToolProgress, session=session, call_id=call_id, tool="t", **fields)
+
+
+async def test_stalled_subscriber_is_coalesced_then_cut_and_costs_the_live_one_nothing() -> None:
+    bus = ts.EventBus()
+    stalled = bus.subscribe(session="s", buffer=64)
+    live = bus.subscribe(session="s", buffer=100_000)
+    tracker = ts.Tracker(bus, "s")
+    published: list[str] = []
+    recorder = bus.subscribe(session="s", buffer=100_000)
+
+    def burst(n_calls: int, deltas: int) -> None:
+        for i in range(n_calls):
+            h = tracker.create("writer")
+            h.start()
+            for k in range(deltas):
+                h.output_delta(f"chunk {k} ")
+            h.complete("ok")
+
+    burst(2, 40)  # ~90 events: over the stalled buffer, under twice it
+    published += [e.id for e in recorder.take_nowait()]
+    first = stalled.take_nowait()
+    assert stalled.coalesced > 0
+    assert len(first) <= 64
+    kinds = [e.type for e in first]
+    assert kinds.count("tool.started") == 2 and kinds.count("tool.completed") == 2
+    text = "".join(e.text for e in first if isinstance(e, ts.ToolOutputDelta))
+    assert text == "".join(f"chunk {k} " for k in range(40)) * 2
+
+    burst(10, 60)  # ~640 events: far past twice the buffer
+    published += [e.id for e in recorder.take_nowait()]
+    with pytest.raises(ts.SlowConsumer) as cut:
+        stalled.take_nowait()
+    assert cut.value.last_id == first[-1].id, "the error says where to resume"
+    assert stalled.closed
+
+    got: list[str] = []
+    with anyio.fail_after(5):
+        async for event in live:
+            got.append(event.id)
+            if len(got) == len(published):
+                break
+    assert got == published, "the live subscriber lost nothing"
+    assert live.coalesced == 0
+
+
+async def test_a_stalled_subscriber_does_not_pin_memory() -> None:
+    bus = ts.EventBus(replay=100)
+    stalled = bus.subscribe(session="s", buffer=50)
+    for i in range(5_000):
+        progress(bus, current=i)
+    assert bus.stats.cut == 1
+    assert bus.subscriber_count("s") == 0
+    assert len(bus._logs["s"].events) <= 200
+    with pytest.raises(ts.SlowConsumer):
+        stalled.take_nowait()
+
+
+async def test_cursor_that_left_the_window_gets_a_reset() -> None:
+    bus = ts.EventBus(replay=10)
+    first = progress(bus)
+    for i in range(100):
+        progress(bus, current=i)
+    sub = bus.subscribe(session="s", after=first.id)
+    got = sub.take_nowait()
+    assert len(got) == 1 and isinstance(got[0], ts.StreamReset)
+    assert bus.stats.resets == 1
+    # a recent cursor is still served exactly
+    recent = progress(bus)
+    newest = progress(bus)
+    assert [e.id for e in bus.subscribe(session="s", after=recent.id).take_nowait()] == [newest.id]
+
+
+async def test_replay_bytes_budget_bounds_memory_whatever_the_event_size() -> None:
+    bus = ts.EventBus(replay=1000, replay_bytes=200_000)
+    big = "x" * 30_000
+    for i in range(50):
+        bus.publish(ts.ToolOutputDelta, session="big", call_id="c", tool="t", text=big)
+        progress(bus, session="small", current=i)
+    assert bus._bytes <= 200_000
+    # the largest session gave up its oldest events first; the small one kept its own
+    assert len(bus._logs["small"].events) == 50
+    assert len(bus._logs["big"].events) < 10
+
+
+async def test_session_ttl_forgets_idle_sessions() -> None:
+    now = [1000.0]
+    bus = ts.EventBus(session_ttl=60, clock=lambda: now[0])
+    seen = progress(bus, session="old")
+    missed = progress(bus, session="old")
+    now[0] += 100
+    progress(bus, session="new")
+    assert bus.sessions() == ["new"]
+    # a client that missed events of the forgotten session is told to reset...
+    got = bus.subscribe(session="old", after=seen.id).take_nowait()
+    assert isinstance(got[0], ts.StreamReset) and got[0].snapshot.calls == ()
+    # ...one that had seen them all missed nothing and just continues
+    assert bus.subscribe(session="old", after=missed.id).take_nowait() == []
+
+
+async def test_sessions_with_subscribers_are_not_forgotten() -> None:
+    now = [1000.0]
+    bus = ts.EventBus(session_ttl=60, clock=lambda: now[0])
+    progress(bus, session="watched")
+    sub = bus.subscribe(session="watched")
+    now[0] += 100
+    progress(bus, session="other")
+    assert "watched" in bus.sessions()
+    sub.close()
+
+
+async def test_all_sessions_subscription() -> None:
+    bus = ts.EventBus()
+    progress(bus, session="a", call_id="before")
+    async with bus.subscribe(snapshot=True) as everything:
+        a = progress(bus, session="a")
+        b = progress(bus, session="b")
+        got = everything.take_nowait()
+        resets = [e for e in got if isinstance(e, ts.StreamReset)]
+        assert [r.session for r in resets] == ["a"]
+        assert [c.call_id for c in resets[0].snapshot.calls] == ["before"]
+        assert [e.id for e in got if not isinstance(e, ts.StreamReset)] == [a.id, b.id]
+        async with bus.subscribe(after=a.id) as resumed:
+            assert [e.id for e in resumed.take_nowait()] == [b.id]
+
+
+async def test_batches_deliver_everything_available_at_once() -> None:
+    bus = ts.EventBus()
+    async with bus.subscribe(session="s") as sub:
+        published = [progress(bus, current=i).id for i in range(100)]
+        batches = []
+        with anyio.fail_after(5):
+            async for batch in sub.batches():
+                batches.append([e.id for e in batch])
+                if sum(map(len, batches)) == 100:
+                    break
+        assert [i for b in batches for i in b] == published
+        assert len(batches) == 1
+        assert sub.last_id == published[-1]
+
+
+async def test_subscription_waits_then_wakes_for_a_later_publish() -> None:
+    bus = ts.EventBus()
+    got: list[ts.Event] = []
+    async with bus.subscribe(session="s") as sub, anyio.create_task_group() as tg:
+
+        async def consume() -> None:
+            async for event in sub:
+                got.append(event)
+                if len(got) == 3:
+                    return
+
+        tg.start_soon(consume)
+        for i in range(3):
+            await anyio.sleep(0.01)
+            progress(bus, current=i)
+    assert [e.current for e in got if isinstance(e, ts.ToolProgress)] == [0, 1, 2]
+
+
+async def test_cancelling_a_waiting_consumer_leaves_the_subscription_usable() -> None:
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s")
+    with anyio.move_on_after(0.05):
+        async for _ in sub:
+            pass
+    event = progress(bus)
+    with anyio.fail_after(5):
+        assert (await sub.__anext__()).id == event.id
+    sub.close()
+
+
+async def test_closing_releases_the_subscription() -> None:
+    bus = ts.EventBus()
+    async with bus.subscribe(session="s"):
+        assert bus.subscriber_count("s") == 1
+        assert bus.subscriber_count() == 1
+    assert bus.subscriber_count("s") == 0
+
+
+async def test_with_state_gives_the_state_at_the_cursor() -> None:
+    bus = ts.EventBus()
+    bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+    cursor = bus.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
+    bus.publish(ts.ToolCompleted, session="s", call_id="a", tool="t")
+    sub = bus.subscribe(session="s", after=cursor.id, with_state=True)
+    assert sub.state is not None
+    assert {c.call_id: c.state.value for c in sub.state.calls} == {"a": "running", "b": "running"}
+    assert [e.type for e in sub.take_nowait()] == ["tool.completed"]
+    assert bus.snapshot("s").calls[0].state is ts.CallState.COMPLETED
+
+
+async def test_reset_ids_mark_the_bus_position() -> None:
+    bus = ts.EventBus()
+    empty = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert empty.id == f"{bus.epoch}-0"
+    progress(bus, session="other")
+    reset = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert reset.id == bus.position
+    later = progress(bus)
+    sub = bus.subscribe(session="s", after=reset.id)
+    assert [e.id for e in sub.take_nowait()] == [later.id]
+    assert_ids_increase([reset, later], bus.compare)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"after": "x-1", "snapshot": True}, ValueError),
+        ({"session": ""}, ValueError),
+        ({"session": None, "run": "r"}, ValueError),
+        ({"session": "s", "buffer": 0}, ValueError),
+        ({"session": "s", "overflow": "drop"}, ValueError),
+    ],
+)
+def test_subscribe_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        ts.EventBus().subscribe(**kwargs)
+
+
+def test_subscribe_rejects_non_event_types() -> None:
+    with pytest.raises(TypeError):
+        ts.EventBus().subscribe(dict)  # type: ignore[call-overload]
+
+
+def test_publish_rejects_what_is_not_an_event() -> None:
+    bus = ts.EventBus()
+    with pytest.raises(TypeError):
+        bus.publish(ts.StreamReset, session="s")
+    with pytest.raises(TypeError):
+        bus.publish(dict, session="s")  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="session"):
+        bus.publish(ts.ToolStarted, session="", call_id="c", tool="t")
+    with pytest.raises(TypeError):
+        bus.publish(ts.ToolStarted, session="s", bogus=1)
+    # a failed publish does not burn an id
+    assert progress(bus).id == f"{bus.epoch}-1"
+
+
+async def test_closed_bus_refuses_publish_and_subscribe() -> None:
+    bus = ts.EventBus()
+    await bus.aclose()
+    assert bus.closed
+    with pytest.raises(ts.BusClosed):
+        progress(bus)
+    with pytest.raises(ts.BusClosed):
+        bus.subscribe(session="s")
+
+
+def test_compare_is_not_string_order() -> None:
+    bus = ts.EventBus()
+    ids = [progress(bus).id for _ in range(12)]
+    assert sorted(ids)[1] != ids[1], "string order would be wrong past 9"
+    assert bus.compare(ids[9], ids[10]) == -1
+    with pytest.raises(ValueError):
+        bus.compare(ids[0], "garbage")
+
+
+def test_bad_constructor_arguments() -> None:
+    with pytest.raises(ValueError):
+        ts.EventBus(replay=0)
+    with pytest.raises(ValueError):
+        ts.EventBus(replay_bytes=10)
+    with pytest.raises(ValueError):
+        ts.EventBus(session_ttl=0)

@@ -1,0 +1,216 @@
+"""to_dict / from_dict round-trip every event; the committed JSON Schema matches the classes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import toolstream as ts
+from toolstream.schema import render
+
+SCHEMA_PATH = Path(__file__).parent.parent / "docs" / "schema" / "native-v1.json"
+
+ENVELOPE: dict[str, Any] = {
+    "id": "e1-7",
+    "session": "s1",
+    "ts": 1700000000.25,
+    "run_id": "r1",
+    "call_id": "call_1",
+    "tool": "web_search",
+}
+
+SAMPLES: list[ts.Event] = [
+    ts.RunStarted(**{**ENVELOPE, "call_id": "", "tool": ""}, title="Turn 7"),
+    ts.RunFinished(
+        **{**ENVELOPE, "call_id": "", "tool": ""},
+        outcome="failed",
+        error=ts.ErrorInfo(type="ValueError", message="bad", retryable=False),
+    ),
+    ts.ToolCreated(
+        **ENVELOPE, batch_id="b1", parent_id="msg_1", title="Search", parent_call_id="p"
+    ),
+    ts.ToolArgsDelta(**ENVELOPE, delta='{"q": "an'),
+    ts.ToolReady(**ENVELOPE, args={"q": "anyio", "n": [1, 2.5, None, True]}, summary="Searching"),
+    ts.ToolReady(**ENVELOPE, args='{"q": "an', args_valid=False),
+    ts.ToolQueued(**ENVELOPE, batch_id="b1", position=2),
+    ts.ToolStarted(**ENVELOPE, args={"q": "x"}, summary="Running"),
+    ts.ToolProgress(
+        **ENVELOPE, fraction=0.5, current=6, total=12, message="6 of 12", data={"k": 1}
+    ),
+    ts.ToolOutputDelta(**ENVELOPE, text="partial\ntext"),
+    ts.ToolOutputPartial(**ENVELOPE, value={"rows": [1, 2]}),
+    ts.ToolCompleted(**ENVELOPE, result=["a", "b"], summary="Found 2", duration_s=1.5),
+    ts.ToolFailed(**ENVELOPE, error=ts.ErrorInfo(type="TimeoutError", message="timed out")),
+    ts.ToolCancelled(**ENVELOPE, reason="run finished", duration_s=0.1),
+    ts.BatchPhase(
+        **{**ENVELOPE, "call_id": "", "tool": ""},
+        batch_id="b1",
+        phase="running",
+        call_ids=("a", "b"),
+        counts={"running": 1, "queued": 1},
+    ),
+    ts.StreamReset(
+        **{**ENVELOPE, "call_id": "", "tool": "", "run_id": None},
+        snapshot=ts.Snapshot(
+            calls=(
+                ts.CallSnapshot(
+                    call_id="a",
+                    tool="t",
+                    state=ts.CallState.RUNNING,
+                    args={"q": 1},
+                    args_valid=True,
+                    fraction=0.25,
+                    output_text="so far",
+                    error=None,
+                ),
+                ts.CallSnapshot(
+                    call_id="b",
+                    tool="t",
+                    state=ts.CallState.FAILED,
+                    error=ts.ErrorInfo(type="E", message="m"),
+                ),
+            ),
+            runs=(ts.RunSnapshot(run_id="r1", state="running", started_ts=1.0),),
+            batches=(ts.BatchSnapshot(batch_id="b1", phase="done", call_ids=("a",), counts={}),),
+        ),
+    ),
+]
+
+
+def test_samples_cover_every_event_type() -> None:
+    assert {type(e) for e in SAMPLES} == set(ts.EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: e.type)
+def test_round_trip_through_json(event: ts.Event) -> None:
+    data = ts.to_dict(event)
+    assert data["v"] == 1 and data["type"] == event.type
+    text = json.dumps(data)
+    assert ts.from_dict(json.loads(text)) == event
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: e.type)
+def test_encoded_events_match_the_committed_schema(event: ts.Event) -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.validate(ts.to_dict(event), schema)
+
+
+def test_committed_schema_is_current() -> None:
+    assert SCHEMA_PATH.read_text() == render(), (
+        "docs/schema/native-v1.json is stale: run `make schema`"
+    )
+
+
+def test_optional_none_fields_are_omitted() -> None:
+    data = ts.to_dict(ts.ToolStarted(id="e-1", session="s", ts=1.0, call_id="c", tool="t"))
+    assert data == {
+        "v": 1,
+        "type": "tool.started",
+        "id": "e-1",
+        "session": "s",
+        "ts": 1.0,
+        "call_id": "c",
+        "tool": "t",
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "JSON object"),
+        ({"type": "tool.started"}, "v: expected 1"),
+        ({"v": 2, "type": "tool.started"}, "v: expected 1"),
+        ({"v": 1, "type": "tool.exploded"}, "unknown event type"),
+        ({"v": 1, "type": "tool.started", "session": "s", "ts": 1.0}, "missing field 'id'"),
+        (
+            {"v": 1, "type": "tool.started", "id": 5, "session": "s", "ts": 1.0},
+            "id: expected a string",
+        ),
+        (
+            {
+                "v": 1,
+                "type": "tool.progress",
+                "id": "e-1",
+                "session": "s",
+                "ts": 1.0,
+                "fraction": "x",
+            },
+            "fraction: expected a number",
+        ),
+        (
+            {"v": 1, "type": "tool.ready", "id": "e-1", "session": "s", "ts": 1.0, "args_valid": 1},
+            "args_valid: expected a boolean",
+        ),
+        (
+            {
+                "v": 1,
+                "type": "run.finished",
+                "id": "e-1",
+                "session": "s",
+                "ts": 1.0,
+                "outcome": "exploded",
+            },
+            "outcome: expected one of",
+        ),
+        (
+            {
+                "v": 1,
+                "type": "tool.failed",
+                "id": "e-1",
+                "session": "s",
+                "ts": 1.0,
+                "error": {"type": "E"},
+            },
+            "missing field 'message'",
+        ),
+        (
+            {"v": 1, "type": "tool.completed", "id": "e-1", "session": "s", "ts": float("nan")},
+            "finite",
+        ),
+        (
+            {
+                "v": 1,
+                "type": "tool.completed",
+                "id": "e-1",
+                "session": "s",
+                "ts": 1.0,
+                "result": {1: 2},
+            },
+            "string keys",
+        ),
+        (
+            {
+                "v": 1,
+                "type": "stream.reset",
+                "id": "e-1",
+                "session": "s",
+                "ts": 1.0,
+                "snapshot": {"calls": [{"call_id": "a", "tool": "t", "state": "zombie"}]},
+            },
+            "state: expected one of",
+        ),
+    ],
+)
+def test_bad_input_names_the_field(data: Any, message: str) -> None:
+    with pytest.raises(ts.EventDecodeError, match=message):
+        ts.from_dict(data)
+
+
+def test_unknown_keys_are_ignored_for_forward_compatibility() -> None:
+    data = ts.to_dict(SAMPLES[7]) | {"added_in_v1_5": True}
+    assert ts.from_dict(data) == SAMPLES[7]
+
+
+def test_decode_error_is_a_value_error_and_a_toolstream_error() -> None:
+    with pytest.raises(ValueError):
+        ts.from_dict({"v": 1})
+    assert issubclass(ts.EventDecodeError, ts.ToolstreamError)
+
+
+def test_to_dict_rejects_non_events() -> None:
+    with pytest.raises(TypeError):
+        ts.to_dict(object())  # type: ignore[arg-type]

@@ -1,0 +1,120 @@
+"""The public API is exactly what is listed here: changing it is a visible, deliberate diff."""
+
+from __future__ import annotations
+
+import inspect
+
+import toolstream as ts
+
+PUBLIC = {
+    "DEFAULT_SECRET_KEYS",
+    "DEFAULT_SECRET_PATTERNS",
+    "EVENT_TYPES",
+    "ArgsRedactor",
+    "Batch",
+    "BatchPhase",
+    "BatchSnapshot",
+    "Bus",
+    "BusClosed",
+    "BusStats",
+    "CallHandle",
+    "CallInfo",
+    "CallScope",
+    "CallSnapshot",
+    "CallState",
+    "DialectError",
+    "ErrorInfo",
+    "Event",
+    "EventBus",
+    "EventDecodeError",
+    "JSONValue",
+    "LifecycleError",
+    "LiveView",
+    "Overflow",
+    "PayloadPolicy",
+    "ProviderStreamError",
+    "RunFinished",
+    "RunScope",
+    "RunSnapshot",
+    "RunStarted",
+    "SlowConsumer",
+    "Snapshot",
+    "StreamReset",
+    "Subscription",
+    "Summaries",
+    "Summarizer",
+    "TextRedactor",
+    "ToolArgsDelta",
+    "ToolCancelled",
+    "ToolCompleted",
+    "ToolCreated",
+    "ToolEvent",
+    "ToolFailed",
+    "ToolOutputDelta",
+    "ToolOutputPartial",
+    "ToolProgress",
+    "ToolQueued",
+    "ToolReady",
+    "ToolStarted",
+    "ToolstreamError",
+    "Tracker",
+    "format_duration",
+    "from_dict",
+    "json_schema",
+    "to_dict",
+}
+
+
+def test_all_is_the_documented_api() -> None:
+    assert set(ts.__all__) == PUBLIC
+    assert len(ts.__all__) == len(PUBLIC), "a name is listed twice in __all__"
+
+
+def test_every_public_name_exists_and_is_documented() -> None:
+    for name in ts.__all__:
+        obj = getattr(ts, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__ and obj.__doc__.strip(), f"{name} has no docstring"
+            assert not obj.__module__.startswith("toolstream._core.") or name in dir(ts)
+
+
+def test_public_methods_are_documented() -> None:
+    for name in ts.__all__:
+        obj = getattr(ts, name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, member in vars(obj).items():
+            if attr.startswith("_") or not callable(member):
+                continue
+            assert member.__doc__, f"{name}.{attr} has no docstring"
+
+
+def test_every_error_derives_from_the_base() -> None:
+    for name in ts.__all__:
+        obj = getattr(ts, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            assert issubclass(obj, ts.ToolstreamError), name
+
+
+def test_event_classes_are_frozen_slotted_and_named() -> None:
+    wire = [cls.type for cls in ts.EVENT_TYPES]
+    assert wire == [
+        "run.started",
+        "run.finished",
+        "tool.created",
+        "tool.args.delta",
+        "tool.ready",
+        "tool.queued",
+        "tool.started",
+        "tool.progress",
+        "tool.output.delta",
+        "tool.output.partial",
+        "tool.completed",
+        "tool.failed",
+        "tool.cancelled",
+        "batch.phase",
+        "stream.reset",
+    ]
+    for cls in ts.EVENT_TYPES:
+        assert "__slots__" in vars(cls), cls
+        assert getattr(cls, "__attrs_attrs__", None) is not None

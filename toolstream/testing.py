@@ -1,0 +1,546 @@
+"""Helpers for testing code that uses toolstream, and the ``Bus`` conformance suite.
+
+::
+
+    from toolstream.testing import Recorder, assert_lifecycle
+
+    async with Recorder(bus, session="s1") as rec:
+        await run_my_agent(tracker)
+        assert_lifecycle(rec.events)      # every call ended exactly once, in order
+
+Nothing here needs pytest; the conformance checks are plain async functions that
+raise ``AssertionError``, to parametrize a test with::
+
+    @pytest.mark.parametrize("check", bus_conformance_checks(), ids=lambda c: c.__name__)
+    async def test_my_bus(check):
+        await check(make_my_bus)
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from ._core.bus import Bus, Subscription
+from ._core.errors import SlowConsumer
+from ._core.events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    StreamReset,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+from ._core.view import parse_event_id
+
+__all__ = [
+    "BusFactory",
+    "Recorder",
+    "assert_ids_increase",
+    "assert_lifecycle",
+    "bus_conformance_checks",
+]
+
+E = TypeVar("E", bound=Event)
+
+_RANK: dict[type[Event], int] = {
+    ToolCreated: 0,
+    ToolArgsDelta: 0,
+    ToolReady: 1,
+    ToolQueued: 2,
+    ToolStarted: 3,
+    ToolProgress: 3,
+    ToolOutputDelta: 3,
+    ToolOutputPartial: 3,
+    ToolCompleted: 4,
+    ToolFailed: 4,
+    ToolCancelled: 4,
+}
+_TERMINALS = (ToolCompleted, ToolFailed, ToolCancelled)
+_STATE_EVENTS = {ToolCreated: 0, ToolReady: 1, ToolQueued: 2, ToolStarted: 3}
+
+
+class Recorder:
+    """Records what a subscription delivers. ``async with Recorder(bus, ...) as rec``;
+    ``rec.events`` is everything delivered so far (taken without waiting)."""
+
+    def __init__(self, bus: Bus, *types: type[Event], **subscribe: Any) -> None:
+        self._sub: Subscription[Event] = bus.subscribe(*types, **subscribe)
+        self._events: list[Event] = []
+
+    @property
+    def subscription(self) -> Subscription[Event]:
+        """The underlying subscription."""
+        return self._sub
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event delivered so far, in order."""
+        self._events.extend(self._sub.take_nowait())
+        return list(self._events)
+
+    def of(self, call_id: str) -> list[Event]:
+        """The events of one call."""
+        return [e for e in self.events if e.call_id == call_id]
+
+    def types(self, call_id: str | None = None) -> list[str]:
+        """The wire names of the events (of one call, with ``call_id``)."""
+        events = self.events if call_id is None else self.of(call_id)
+        return [e.type for e in events]
+
+    async def wait_for(
+        self, predicate: Callable[[list[Event]], bool], *, timeout: float = 5.0
+    ) -> list[Event]:
+        """Wait until ``predicate(events)`` holds; ``TimeoutError`` after ``timeout`` s."""
+        with anyio.fail_after(timeout):
+            while not predicate(self.events):
+                async for event in self._sub:
+                    self._events.append(event)
+                    if predicate(self._events):
+                        break
+                else:
+                    break
+        return list(self._events)
+
+    def close(self) -> None:
+        """Release the subscription."""
+        self._sub.close()
+
+    async def __aenter__(self) -> Recorder:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+def assert_ids_increase(
+    events: Sequence[Event], compare: Callable[[str, str], int] | None = None
+) -> None:
+    """Every id is after the previous one (resets may repeat the position they mark)."""
+    previous: Event | None = None
+    for event in events:
+        if previous is not None:
+            if compare is not None:
+                order = compare(previous.id, event.id)
+            else:
+                ea, sa = parse_event_id(previous.id)
+                eb, sb = parse_event_id(event.id)
+                assert ea == eb, f"ids of different epochs in one stream: {previous.id}, {event.id}"
+                order = (sa > sb) - (sa < sb)
+            repeat_ok = isinstance(event, StreamReset) or isinstance(previous, StreamReset)
+            assert order < 0 or (order == 0 and repeat_ok), (
+                f"ids do not increase: {previous.id} ({previous.type}) then {event.id} ({event.type})"
+            )
+        previous = event
+
+
+def assert_lifecycle(
+    events: Iterable[Event],
+    *,
+    allow_open: bool = False,
+    compare: Callable[[str, str], int] | None = None,
+) -> None:
+    """Check the lifecycle guarantees on a recorded stream (``AssertionError`` otherwise):
+
+    ids increase; per call, states only move forward, the first event is not a
+    terminal, exactly one terminal ends it and nothing follows; every announced
+    call ended (unless ``allow_open``); a run's calls ended before its
+    ``run.finished``, and each run started and finished once.
+    """
+    events = list(events)
+    assert_ids_increase(events, compare)
+    state: dict[str, int] = {}
+    ended: dict[str, Event] = {}
+    runs_started: set[str] = set()
+    runs_finished: set[str] = set()
+    for event in events:
+        kind = type(event)
+        if kind is RunStarted:
+            run = event.run_id or ""
+            assert run not in runs_started, f"run {run!r} started twice"
+            runs_started.add(run)
+            continue
+        if kind is RunFinished:
+            run = event.run_id or ""
+            assert run not in runs_finished, f"run {run!r} finished twice"
+            runs_finished.add(run)
+            still_open = [
+                c for c, s in state.items() if c not in ended and _run_of(events, c) == run
+            ]
+            assert not still_open, f"run {run!r} finished with calls still open: {still_open}"
+            continue
+        if kind not in _RANK:
+            continue
+        call_id = event.call_id
+        assert call_id not in ended, (
+            f"call {call_id!r}: {event.type} (id {event.id}) after its terminal "
+            f"{ended[call_id].type} (id {ended[call_id].id})"
+        )
+        if call_id not in state:
+            assert kind not in _TERMINALS, (
+                f"call {call_id!r}: first event is the terminal {event.type}"
+            )
+            state[call_id] = -1
+        if kind in _STATE_EVENTS:
+            rank = _STATE_EVENTS[kind]
+            assert rank > state[call_id] or (rank == 0 and state[call_id] == -1), (
+                f"call {call_id!r}: {event.type} does not move its state forward"
+            )
+            state[call_id] = rank
+        elif kind is ToolArgsDelta:
+            assert state[call_id] <= 0, (
+                f"call {call_id!r}: input delta after its input was complete"
+            )
+        elif kind in _TERMINALS:
+            ended[call_id] = event
+        else:
+            state[call_id] = max(state[call_id], 3)
+    if not allow_open:
+        never = [c for c in state if c not in ended]
+        assert not never, f"calls never ended: {never}"
+
+
+def _run_of(events: Sequence[Event], call_id: str) -> str | None:
+    for event in events:
+        if event.call_id == call_id:
+            return event.run_id
+    return None
+
+
+# -- the Bus conformance suite ----------------------------------------------------------
+
+BusFactory = Callable[[], "Bus | Awaitable[Bus]"]
+
+
+async def _make(factory: BusFactory) -> Bus:
+    bus = factory()
+    if inspect.isawaitable(bus):
+        bus = await bus
+    assert isinstance(bus, Bus), f"{bus!r} does not satisfy the Bus protocol"
+    return bus
+
+
+async def _drain(sub: Subscription[Any], count: int, timeout: float = 5.0) -> list[Event]:
+    out: list[Event] = []
+    with anyio.fail_after(timeout):
+        async for event in sub:
+            out.append(event)
+            if len(out) >= count:
+                break
+    return out
+
+
+def _progress(bus: Bus, session: str, n: int, call_id: str = "c") -> list[Event]:
+    return [
+        bus.publish(ToolProgress, session=session, call_id=call_id, tool="t", current=i)
+        for i in range(n)
+    ]
+
+
+async def check_ids_increase(factory: BusFactory) -> None:
+    """Published ids increase by ``bus.compare`` across sessions."""
+    bus = await _make(factory)
+    try:
+        events = [
+            bus.publish(ToolProgress, session=f"s{i % 3}", call_id="c", tool="t") for i in range(20)
+        ]
+        for a, b in zip(events, events[1:]):
+            assert bus.compare(a.id, b.id) == -1 and bus.compare(b.id, a.id) == 1
+            assert bus.compare(a.id, a.id) == 0
+    finally:
+        await bus.aclose()
+
+
+async def check_live_in_order(factory: BusFactory) -> None:
+    """A live subscriber gets every event of its session, in order, and nothing else."""
+    bus = await _make(factory)
+    try:
+        async with bus.subscribe(session="a") as sub:
+            published = []
+            for i in range(50):
+                published.append(
+                    bus.publish(ToolProgress, session="a", call_id="c", tool="t", current=i)
+                )
+                bus.publish(ToolProgress, session="b", call_id="c", tool="t", current=i)
+            got = await _drain(sub, 50)
+            assert [e.id for e in got] == [e.id for e in published]
+            assert all(e.session == "a" for e in got)
+    finally:
+        await bus.aclose()
+
+
+async def check_replay_every_position(factory: BusFactory) -> None:
+    """``after=`` any id gives exactly the events after it, then live ones, no gap, no duplicate."""
+    bus = await _make(factory)
+    try:
+        published = _progress(bus, "s", 30)
+        for k, cut in enumerate(list(published)):
+            async with bus.subscribe(session="s", after=cut.id) as sub:
+                expected = [e.id for e in published[k + 1 :]]
+                got = await _drain(sub, len(expected)) if expected else []
+                assert [e.id for e in got] == expected, f"replay after position {k}"
+                live = bus.publish(ToolProgress, session="s", call_id="live", tool="t")
+                nxt = await _drain(sub, 1)
+                assert [e.id for e in nxt] == [live.id]
+                published.append(live)
+    finally:
+        await bus.aclose()
+
+
+async def check_foreign_cursor_resets(factory: BusFactory) -> None:
+    """A cursor from another bus (a restart), from the future or malformed gets a reset."""
+    bus = await _make(factory)
+    other = await _make(factory)
+    try:
+        _progress(bus, "s", 3)
+        foreign = other.publish(ToolProgress, session="s", call_id="c", tool="t")
+        for cursor in (foreign.id, "not-an-id", "x"):
+            async with bus.subscribe(session="s", after=cursor) as sub:
+                first = await _drain(sub, 1)
+                assert isinstance(first[0], StreamReset), f"cursor {cursor!r}"
+        try:
+            bus.compare(foreign.id, _progress(bus, "s", 1)[0].id)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("ids of different buses compared without ValueError")
+    finally:
+        await bus.aclose()
+        await other.aclose()
+
+
+async def check_snapshot_first(factory: BusFactory) -> None:
+    """``snapshot=True`` starts with a reset holding the session's open calls, then live events."""
+    bus = await _make(factory)
+    try:
+        bus.publish(ToolStarted, session="s", call_id="open", tool="t", args={"q": 1})
+        bus.publish(ToolStarted, session="s", call_id="done", tool="t")
+        last = bus.publish(ToolCompleted, session="s", call_id="done", tool="t", result=1)
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            reset = (await _drain(sub, 1))[0]
+            assert isinstance(reset, StreamReset)
+            assert bus.compare(reset.id, last.id) == 0, "a reset's id is the bus position"
+            states = {c.call_id: c.state.value for c in reset.snapshot.calls}
+            assert states == {"open": "running", "done": "completed"}, states
+            live = bus.publish(ToolCompleted, session="s", call_id="open", tool="t")
+            assert [e.id for e in await _drain(sub, 1)] == [live.id]
+        async with bus.subscribe(session="s", after=reset.id) as sub:
+            assert [e.id for e in await _drain(sub, 1)] == [live.id]
+        try:
+            bus.subscribe(session="s", after=last.id, snapshot=True)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("after= with snapshot=True must raise ValueError")
+    finally:
+        await bus.aclose()
+
+
+async def check_types_filter(factory: BusFactory) -> None:
+    """Only the asked-for types are delivered; resets are delivered whatever the filter."""
+    bus = await _make(factory)
+    try:
+        async with bus.subscribe(ToolCompleted, ToolFailed, session="s", snapshot=True) as sub:
+            bus.publish(ToolStarted, session="s", call_id="a", tool="t")
+            bus.publish(ToolProgress, session="s", call_id="a", tool="t")
+            done = bus.publish(ToolCompleted, session="s", call_id="a", tool="t")
+            got = await _drain(sub, 2)
+            assert isinstance(got[0], StreamReset)
+            assert [e.id for e in got[1:]] == [done.id]
+    finally:
+        await bus.aclose()
+
+
+async def check_run_subscription(factory: BusFactory) -> None:
+    """``run=`` gives only that run and ends after its ``run.finished``; a finished run
+    gives its reset and ends."""
+    bus = await _make(factory)
+    try:
+        sub = bus.subscribe(session="s", run="r1")
+        bus.publish(RunStarted, session="s", run_id="r1")
+        bus.publish(ToolStarted, session="s", run_id="r1", call_id="a", tool="t")
+        bus.publish(ToolStarted, session="s", run_id="r2", call_id="b", tool="t")
+        bus.publish(ToolCompleted, session="s", run_id="r1", call_id="a", tool="t")
+        bus.publish(RunFinished, session="s", run_id="r1", outcome="completed")
+        bus.publish(ToolProgress, session="s", run_id="r1", call_id="a", tool="t")
+        got = []
+        with anyio.fail_after(5):
+            async for event in sub:
+                got.append(event.type)
+        assert got == ["run.started", "tool.started", "tool.completed", "run.finished"], got
+        sub.close()
+        got = []
+        with anyio.fail_after(5):
+            async with bus.subscribe(session="s", run="r1") as late:
+                async for event in late:
+                    got.append(event)
+        assert len(got) == 1 and isinstance(got[0], StreamReset), got
+        assert [c.call_id for c in got[0].snapshot.calls] == ["a"]
+    finally:
+        await bus.aclose()
+
+
+async def check_disconnect_policy(factory: BusFactory) -> None:
+    """A subscriber further behind than ``buffer`` is cut with ``SlowConsumer``; the
+    publisher never waits for it and other subscribers lose nothing."""
+    bus = await _make(factory)
+    try:
+        slow = bus.subscribe(session="s", buffer=10, overflow="disconnect")
+        fast = bus.subscribe(session="s", buffer=1000)
+        published = _progress(bus, "s", 50)
+        got = await _drain(fast, 50)
+        assert [e.id for e in got] == [e.id for e in published]
+        try:
+            await _drain(slow, 50)
+        except SlowConsumer:
+            pass
+        else:
+            raise AssertionError("a subscriber 50 events behind a buffer of 10 was not cut")
+        slow.close()
+        fast.close()
+    finally:
+        await bus.aclose()
+
+
+async def check_coalesce_policy(factory: BusFactory) -> None:
+    """``coalesce`` merges a call's queued deltas (text intact) and keeps lifecycle events."""
+    bus = await _make(factory)
+    try:
+        sub = bus.subscribe(session="s", buffer=8)
+        bus.publish(ToolStarted, session="s", call_id="c", tool="t")
+        for i in range(12):
+            bus.publish(ToolOutputDelta, session="s", call_id="c", tool="t", text=str(i % 10))
+        done = bus.publish(ToolCompleted, session="s", call_id="c", tool="t")
+        got = sub.take_nowait()
+        text = "".join(e.text for e in got if isinstance(e, ToolOutputDelta))
+        assert text == "".join(str(i % 10) for i in range(12)), text
+        assert got[0].type == "tool.started" and got[-1].id == done.id
+        assert len(got) <= 8, [e.type for e in got]
+        sub.close()
+    finally:
+        await bus.aclose()
+
+
+async def check_thread_publish(factory: BusFactory) -> None:
+    """Events published from other threads (with and without an event loop of their own)
+    reach a waiting subscriber, each thread's events in order."""
+    bus = await _make(factory)
+    try:
+        async with bus.subscribe(session="s") as sub:
+
+            def plain(n: int) -> None:
+                for i in range(n):
+                    bus.publish(ToolProgress, session="s", call_id="plain", tool="t", current=i)
+
+            def with_loop(n: int) -> None:
+                async def main() -> None:
+                    for i in range(n):
+                        bus.publish(ToolProgress, session="s", call_id="loop", tool="t", current=i)
+                        await anyio.lowlevel.checkpoint()
+
+                anyio.run(main)
+
+            threads = [
+                threading.Thread(target=plain, args=(200,)),
+                threading.Thread(target=with_loop, args=(200,)),
+            ]
+            for t in threads:
+                t.start()
+            got = await _drain(sub, 400, timeout=10)
+            for t in threads:
+                t.join()
+            for call in ("plain", "loop"):
+                seq = [e.current for e in got if e.call_id == call and isinstance(e, ToolProgress)]
+                assert seq == list(range(200)), f"{call}: {seq[:5]}..."
+    finally:
+        await bus.aclose()
+
+
+async def check_snapshot_method(factory: BusFactory) -> None:
+    """``bus.snapshot(session)`` shows the session's calls and runs as they stand."""
+    bus = await _make(factory)
+    try:
+        bus.publish(RunStarted, session="s", run_id="r")
+        bus.publish(ToolCreated, session="s", run_id="r", call_id="a", tool="t")
+        bus.publish(ToolArgsDelta, session="s", run_id="r", call_id="a", tool="t", delta='{"x"')
+        bus.publish(ToolStarted, session="s", run_id="r", call_id="b", tool="u")
+        bus.publish(ToolFailed, session="s", run_id="r", call_id="b", tool="u")
+        snap = bus.snapshot("s")
+        calls = {c.call_id: c for c in snap.calls}
+        assert calls["a"].state.value == "created" and calls["a"].args_text == '{"x"'
+        assert calls["b"].state.value == "failed"
+        assert [r.run_id for r in snap.open_runs] == ["r"]
+        assert bus.snapshot("nobody").calls == ()
+    finally:
+        await bus.aclose()
+
+
+async def check_close_ends_subscriptions(factory: BusFactory) -> None:
+    """Closing the bus ends waiting subscriptions (their iteration stops)."""
+    bus = await _make(factory)
+    sub = bus.subscribe(session="s")
+    done = anyio.Event()
+
+    async def consume() -> None:
+        async for _ in sub:
+            pass
+        done.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await anyio.sleep(0.01)
+            await bus.aclose()
+            await done.wait()
+
+
+async def check_partial_output_kept(factory: BusFactory) -> None:
+    """Coalescing keeps only the newest partial output and progress of a call."""
+    bus = await _make(factory)
+    try:
+        sub = bus.subscribe(session="s", buffer=4)
+        bus.publish(ToolStarted, session="s", call_id="c", tool="t")
+        for i in range(6):
+            bus.publish(ToolOutputPartial, session="s", call_id="c", tool="t", value=i)
+        got = sub.take_nowait()
+        partials = [e.value for e in got if isinstance(e, ToolOutputPartial)]
+        assert partials == [5], partials
+        sub.close()
+    finally:
+        await bus.aclose()
+
+
+_CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
+    check_ids_increase,
+    check_live_in_order,
+    check_replay_every_position,
+    check_foreign_cursor_resets,
+    check_snapshot_first,
+    check_types_filter,
+    check_run_subscription,
+    check_disconnect_policy,
+    check_coalesce_policy,
+    check_partial_output_kept,
+    check_thread_publish,
+    check_snapshot_method,
+    check_close_ends_subscriptions,
+)
+
+
+def bus_conformance_checks() -> list[Callable[[BusFactory], Awaitable[None]]]:
+    """The checks any :class:`~toolstream.Bus` must pass; each takes a bus factory."""
+    return list(_CHECKS)
