@@ -24,7 +24,7 @@ async def test_stalled_subscriber_is_coalesced_then_cut_and_costs_the_live_one_n
     recorder = bus.subscribe(session="s", buffer=100_000)
 
     def burst(n_calls: int, deltas: int) -> None:
-        for i in range(n_calls):
+        for _ in range(n_calls):
             h = tracker.create("writer")
             h.start()
             for k in range(deltas):
@@ -233,7 +233,7 @@ def test_subscribe_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exc
 
 def test_subscribe_rejects_non_event_types() -> None:
     with pytest.raises(TypeError):
-        ts.EventBus().subscribe(dict)  # type: ignore[call-overload]
+        ts.EventBus().subscribe(dict)  # type: ignore[type-var]
 
 
 def test_publish_rejects_what_is_not_an_event() -> None:

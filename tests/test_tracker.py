@@ -35,11 +35,11 @@ def kinds(rec: Recorder, call_id: str | None = None) -> list[str]:
 
 
 async def test_one_shot_call_completes_with_its_result(bus: ts.EventBus, rec: Recorder) -> None:
-    async with ts.Tracker(bus, "s") as tracker:
-        async with tracker.call("web_search", {"q": "anyio"}, call_id="call_1") as call:
-            call.progress(0.5, message="fetched 6 of 12 pages")
-            call.output_delta("partial text ")
-            call.complete(["r1", "r2"])
+    tracker = ts.Tracker(bus, "s")
+    async with tracker, tracker.call("web_search", {"q": "anyio"}, call_id="call_1") as call:
+        call.progress(0.5, message="fetched 6 of 12 pages")
+        call.output_delta("partial text ")
+        call.complete(["r1", "r2"])
     events = rec.events
     assert kinds(rec) == ["tool.started", "tool.progress", "tool.output.delta", "tool.completed"]
     started, _, _, completed = events
@@ -82,10 +82,9 @@ async def test_anyio_cancellation_cancels_the_call(bus: ts.EventBus, rec: Record
 
 async def test_a_timeout_cancels_the_call(bus: ts.EventBus, rec: Recorder) -> None:
     tracker = ts.Tracker(bus, "s")
-    with pytest.raises(TimeoutError):
-        with anyio.fail_after(0.01):
-            async with tracker.call("slow"):
-                await anyio.sleep(10)
+    with pytest.raises(TimeoutError), anyio.fail_after(0.01):
+        async with tracker.call("slow"):
+            await anyio.sleep(10)
     assert kinds(rec) == ["tool.started", "tool.cancelled"]
 
 
@@ -340,9 +339,11 @@ async def test_decorator_inside_an_open_call_adds_no_second_call(
 
 async def test_calls_inside_a_call_are_linked_to_it(bus: ts.EventBus, rec: Recorder) -> None:
     tracker = ts.Tracker(bus, "s")
-    async with tracker.call("sub_agent", call_id="outer"):
-        async with tracker.call("web_search", call_id="inner"):
-            pass
+    async with (
+        tracker.call("sub_agent", call_id="outer"),
+        tracker.call("web_search", call_id="inner"),
+    ):
+        pass
     inner = rec.of("inner")[0]
     assert inner.parent_call_id == "outer"
     assert rec.of("outer")[0].parent_call_id is None
@@ -425,7 +426,7 @@ async def test_closing_the_tracker_ends_everything(bus: ts.EventBus, rec: Record
     assert kinds(rec)[-3:] == ["tool.cancelled", "tool.cancelled", "run.finished"]
     reasons = {e.call_id: e.reason for e in rec.events if isinstance(e, ts.ToolCancelled)}
     assert reasons == {open_call.call_id: "session closed", other.call_id: "session closed"}
-    assert run.finished or True
+    assert run.finished
     open_call.complete()  # after close: a violation, dropped
     assert tracker.violations == 1
     assert_lifecycle(rec.events)
@@ -470,11 +471,9 @@ async def test_batch_queues_behind_its_limit(bus: ts.EventBus, rec: Recorder) ->
         handles = [batch.start_soon(tool, i, call_id=f"c{i}") for i in range(3)]
         bad = batch.start_soon(fails, call_id="bad")
         await anyio.sleep(0.05)
-        assert [h.state for h in handles] == [
-            ts.CallState.RUNNING,
-            ts.CallState.RUNNING,
-            ts.CallState.QUEUED,
-        ]
+        # which two take the slots is the scheduler's choice (trio randomizes it)
+        states = sorted(h.state.value for h in (*handles, bad) if h.state is not None)
+        assert states == ["queued", "queued", "running", "running"]
         release.set()
     assert peak == 2
     assert batch.results["c2"] == 20 and isinstance(batch.results["bad"], RuntimeError)
@@ -668,3 +667,17 @@ def test_duration_is_measured_from_the_start(bus: ts.EventBus) -> None:
     assert isinstance(done, ts.ToolCompleted) and done.duration_s is not None
     assert done.duration_s >= 0.02
     assert sys.version_info >= (3, 10)
+
+
+def test_a_call_never_announced_before_its_run_ended_stays_ended(bus: ts.EventBus) -> None:
+    # Found by the stateful test: a report after the run's end must not open a card
+    # that nothing will ever close.
+    sub = bus.subscribe(session="s")
+    tracker = ts.Tracker(bus, "s")
+    run = tracker.run().start()
+    silent = tracker.create("t", run_id=run.run_id, announce=False)
+    run.finish()
+    silent.args_delta("{")
+    tracker.close()
+    assert tracker.violations == 1
+    assert [e.type for e in sub.take_nowait()] == ["run.started", "run.finished"]

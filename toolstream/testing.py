@@ -19,6 +19,7 @@ raise ``AssertionError``, to parametrize a test with::
 from __future__ import annotations
 
 import inspect
+import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -102,17 +103,12 @@ class Recorder:
         events = self.events if call_id is None else self.of(call_id)
         return [e.type for e in events]
 
-    async def wait_for(
-        self, predicate: Callable[[list[Event]], bool], *, timeout: float = 5.0
-    ) -> list[Event]:
-        """Wait until ``predicate(events)`` holds; ``TimeoutError`` after ``timeout`` s."""
-        with anyio.fail_after(timeout):
-            while not predicate(self.events):
-                async for event in self._sub:
-                    self._events.append(event)
-                    if predicate(self._events):
-                        break
-                else:
+    async def wait_for(self, predicate: Callable[[list[Event]], bool]) -> list[Event]:
+        """Wait until ``predicate(events)`` holds (bound it with ``anyio.fail_after``)."""
+        if not predicate(self.events):
+            async for event in self._sub:
+                self._events.append(event)
+                if predicate(self._events):
                     break
         return list(self._events)
 
@@ -143,7 +139,8 @@ def assert_ids_increase(
                 order = (sa > sb) - (sa < sb)
             repeat_ok = isinstance(event, StreamReset) or isinstance(previous, StreamReset)
             assert order < 0 or (order == 0 and repeat_ok), (
-                f"ids do not increase: {previous.id} ({previous.type}) then {event.id} ({event.type})"
+                f"ids do not increase: {previous.id} ({previous.type}) "
+                f"then {event.id} ({event.type})"
             )
         previous = event
 
@@ -234,9 +231,12 @@ async def _make(factory: BusFactory) -> Bus:
     return bus
 
 
-async def _drain(sub: Subscription[Any], count: int, timeout: float = 5.0) -> list[Event]:
+_DEADLINE = 10.0  # seconds any single check may wait for events
+
+
+async def _drain(sub: Subscription[Any], count: int) -> list[Event]:
     out: list[Event] = []
-    with anyio.fail_after(timeout):
+    with anyio.fail_after(_DEADLINE):
         async for event in sub:
             out.append(event)
             if len(out) >= count:
@@ -258,8 +258,9 @@ async def check_ids_increase(factory: BusFactory) -> None:
         events = [
             bus.publish(ToolProgress, session=f"s{i % 3}", call_id="c", tool="t") for i in range(20)
         ]
-        for a, b in zip(events, events[1:]):
-            assert bus.compare(a.id, b.id) == -1 and bus.compare(b.id, a.id) == 1
+        for a, b in itertools.pairwise(events):
+            assert bus.compare(a.id, b.id) == -1, (a.id, b.id)
+            assert bus.compare(b.id, a.id) == 1, (b.id, a.id)
             assert bus.compare(a.id, a.id) == 0
     finally:
         await bus.aclose()
@@ -388,7 +389,8 @@ async def check_run_subscription(factory: BusFactory) -> None:
             async with bus.subscribe(session="s", run="r1") as late:
                 async for event in late:
                     got.append(event)
-        assert len(got) == 1 and isinstance(got[0], StreamReset), got
+        assert len(got) == 1, got
+        assert isinstance(got[0], StreamReset), got
         assert [c.call_id for c in got[0].snapshot.calls] == ["a"]
     finally:
         await bus.aclose()
@@ -428,7 +430,8 @@ async def check_coalesce_policy(factory: BusFactory) -> None:
         got = sub.take_nowait()
         text = "".join(e.text for e in got if isinstance(e, ToolOutputDelta))
         assert text == "".join(str(i % 10) for i in range(12)), text
-        assert got[0].type == "tool.started" and got[-1].id == done.id
+        assert got[0].type == "tool.started", got
+        assert got[-1].id == done.id, got
         assert len(got) <= 8, [e.type for e in got]
         sub.close()
     finally:
@@ -460,7 +463,7 @@ async def check_thread_publish(factory: BusFactory) -> None:
             ]
             for t in threads:
                 t.start()
-            got = await _drain(sub, 400, timeout=10)
+            got = await _drain(sub, 400)
             for t in threads:
                 t.join()
             for call in ("plain", "loop"):
@@ -481,7 +484,8 @@ async def check_snapshot_method(factory: BusFactory) -> None:
         bus.publish(ToolFailed, session="s", run_id="r", call_id="b", tool="u")
         snap = bus.snapshot("s")
         calls = {c.call_id: c for c in snap.calls}
-        assert calls["a"].state.value == "created" and calls["a"].args_text == '{"x"'
+        assert calls["a"].state.value == "created", calls["a"]
+        assert calls["a"].args_text == '{"x"'
         assert calls["b"].state.value == "failed"
         assert [r.run_id for r in snap.open_runs] == ["r"]
         assert bus.snapshot("nobody").calls == ()

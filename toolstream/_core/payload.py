@@ -273,8 +273,14 @@ class PayloadPolicy:
             return out
         if not walker.complete:
             size = max(size, _serialized_size(value, walker.size))
-        preview = (out if isinstance(out, str) else text)[: self.preview_chars]
+        preview = (out if isinstance(out, str) else text)[: self._preview_limit]
         return {"truncated": True, "bytes": size, "preview": preview}
+
+    @property
+    def _preview_limit(self) -> int:
+        """Preview characters that keep the marker itself under the cap (even escaped)."""
+        cap = self.max_bytes
+        return self.preview_chars if cap is None else min(self.preview_chars, (cap - 64) // 6)
 
     def args_redactor(self) -> ArgsRedactor:
         """A streaming redactor for one call's JSON input text."""

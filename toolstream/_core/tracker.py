@@ -1273,7 +1273,11 @@ class Tracker:
     def _close_calls(self, handles: Iterable[CallHandle], reason: str) -> None:
         for handle in list(handles):
             if handle._state == _NEW:
-                self._open.pop(handle.call_id, None)  # never announced: nothing to close
+                # Never announced: nothing to tell clients, but the call is over, so a
+                # later report on it is a violation rather than a call nobody closes.
+                handle._state = _DONE
+                handle._terminal_state = CallState.CANCELLED
+                self._forget(handle)
                 continue
             if handle._state == _DONE:
                 continue

@@ -1,0 +1,198 @@
+"""Randomized lifecycles: whatever a framework reports, in whatever order, from whatever
+thread, every announced call ends with exactly one terminal event, states only move
+forward, and ids strictly increase."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import toolstream as ts
+from toolstream.testing import assert_lifecycle
+
+OPS = (
+    "args_delta",
+    "ready",
+    "queue",
+    "start",
+    "progress",
+    "output_delta",
+    "output_partial",
+    "complete",
+    "fail",
+    "cancel",
+)
+
+
+class Boom(Exception):
+    pass
+
+
+def apply_op(handle: ts.CallHandle, op: str, arg: int) -> None:
+    if op == "args_delta":
+        handle.args_delta(['{"a": ', "1", "}", '"x', "sk-AbCdEfGhIjKlMnOpQr "][arg % 5])
+    elif op == "ready":
+        handle.ready()
+    elif op == "queue":
+        handle.queue(position=arg)
+    elif op == "start":
+        handle.start()
+    elif op == "progress":
+        handle.progress(arg / 10, message=f"step {arg}")
+    elif op == "output_delta":
+        handle.output_delta(f"line {arg}\n")
+    elif op == "output_partial":
+        handle.output_partial({"n": arg})
+    elif op == "complete":
+        handle.complete(arg)
+    elif op == "fail":
+        handle.fail(Boom(f"failure {arg}"))
+    else:
+        handle.cancel(f"reason {arg}")
+
+
+class Lifecycles(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bus = ts.EventBus(replay=100_000)
+        self.sub = self.bus.subscribe(session="s", buffer=1_000_000)
+        self.tracker = ts.Tracker(self.bus, "s", coalesce=0.0)
+        self.handles: list[ts.CallHandle] = []
+        self.runs: list[ts.RunScope] = []
+        self.events: list[ts.Event] = []
+
+    # -- reports --------------------------------------------------------------------
+
+    @rule(announce=st.booleans(), in_run=st.booleans())
+    def create(self, announce: bool, in_run: bool) -> None:
+        run_id = self.runs[-1].run_id if in_run and self.runs else None
+        self.handles.append(self.tracker.create("tool", run_id=run_id, announce=announce))
+
+    @precondition(lambda self: self.handles)
+    @rule(index=st.integers(0, 1000), op=st.sampled_from(OPS), arg=st.integers(0, 20))
+    def report(self, index: int, op: str, arg: int) -> None:
+        apply_op(self.handles[index % len(self.handles)], op, arg)
+
+    @rule()
+    def start_run(self) -> None:
+        self.runs.append(self.tracker.run().start())
+
+    @precondition(lambda self: self.runs)
+    @rule(outcome=st.sampled_from(["completed", "failed", "cancelled"]))
+    def finish_run(self, outcome: str) -> None:
+        self.runs.pop().finish(outcome, error="x" if outcome == "failed" else None)  # type: ignore[arg-type]
+
+    @rule(
+        ending=st.sampled_from(["return", "complete", "raise", "cancel", "timeout"]),
+        backend=st.sampled_from(["asyncio", "trio"]),
+        progress=st.integers(0, 3),
+    )
+    def scoped_call(self, ending: str, backend: str, progress: int) -> None:
+        tracker = self.tracker
+
+        async def body() -> None:
+            try:
+                with (
+                    anyio.fail_after(0.005) if ending == "timeout" else anyio.CancelScope() as scope
+                ):
+                    async with tracker.run(), tracker.call("scoped", {"n": progress}) as call:
+                        for i in range(progress):
+                            call.progress(i / 4)
+                        if ending == "complete":
+                            call.complete("done")
+                        elif ending == "raise":
+                            raise Boom("in the tool")
+                        elif ending == "cancel":
+                            scope.cancel()
+                            await anyio.sleep(1)
+                        elif ending == "timeout":
+                            await anyio.sleep(1)
+            except (Boom, TimeoutError):
+                pass
+
+        anyio.run(body, backend=backend)
+
+    @precondition(lambda self: self.handles)
+    @rule(
+        ops=st.lists(
+            st.tuples(st.integers(0, 1000), st.sampled_from(OPS), st.integers(0, 20)), max_size=8
+        ),
+        own_loop=st.booleans(),
+    )
+    def from_a_thread(self, ops: list[tuple[int, str, int]], own_loop: bool) -> None:
+        handles = list(self.handles)
+        tracker = self.tracker
+
+        def work() -> None:
+            fresh = tracker.create("threaded")
+            for index, op, arg in ops:
+                apply_op(handles[index % len(handles)], op, arg)
+                apply_op(fresh, op, arg)
+
+        if own_loop:
+
+            def target() -> None:
+                async def main() -> None:
+                    work()
+
+                anyio.run(main)
+
+        else:
+            target = work
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+
+    @rule()
+    def close_and_reopen_the_tracker(self) -> None:
+        self.tracker.close()
+        self.tracker = ts.Tracker(self.bus, "s")
+        self.handles = []
+        self.runs = []
+
+    # -- what must always hold ---------------------------------------------------------
+
+    @invariant()
+    def stream_so_far_is_well_formed(self) -> None:
+        self.events.extend(self.sub.take_nowait())
+        assert_lifecycle(self.events, allow_open=True, compare=self.bus.compare)
+
+    def teardown(self) -> None:
+        self.tracker.close()
+        self.events.extend(self.sub.take_nowait())
+        assert_lifecycle(self.events, compare=self.bus.compare)
+        terminals: dict[str, int] = {}
+        for e in self.events:
+            if isinstance(e, (ts.ToolCompleted, ts.ToolFailed, ts.ToolCancelled)):
+                terminals[e.call_id] = terminals.get(e.call_id, 0) + 1
+        announced = {e.call_id for e in self.events if e.call_id}
+        assert terminals == dict.fromkeys(announced, 1)
+        assert not any("AbCdEfGhIjKlMnOpQr" in repr(ts.to_dict(e)) for e in self.events)
+        self.bus.close()
+
+
+Lifecycles.TestCase.settings = settings(
+    max_examples=120,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_random_lifecycles = Lifecycles.TestCase
+
+
+def test_machine_covers_every_handle_method() -> None:
+    public = {
+        name
+        for name in dir(ts.CallHandle)
+        if not name.startswith("_") and callable(getattr(ts.CallHandle, name))
+    }
+    assert public == set(OPS), public
+
+
+def _unused(*_: Any) -> None:  # keeps the imports honest for mypy
+    pass

@@ -1,0 +1,85 @@
+"""Summaries: per-tool templates, a generic fallback, never a broken call."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import toolstream as ts
+
+
+def info(
+    tool: str = "web_search", args: ts.JSONValue = None, duration: float | None = 1.44
+) -> ts.CallInfo:
+    return ts.CallInfo(
+        call_id="c",
+        tool=tool,
+        args=args if args is not None else {"q": "anyio trio"},
+        duration_s=duration,
+    )
+
+
+def test_generic_sentences() -> None:
+    s = ts.Summaries()
+    assert s.start(info()) == "Running web_search (q='anyio trio')"
+    assert s.start(info(args={})) == "Running web_search"
+    assert (
+        s.start(info(args={"a": 1, "b": 2, "c": 3, "d": 4}))
+        == "Running web_search (a=1, b=2, c=3, …)"
+    )
+    assert s.result(info(), [1] * 12) == "web_search finished in 1.4 s (12 items)"
+    assert s.result(info(duration=0.32), "ok") == "web_search finished in 320 ms"
+    assert s.error(info(), ts.ErrorInfo(type="TimeoutError", message="timed out")) == (
+        "web_search failed: TimeoutError: timed out"
+    )
+    assert s.cancelled(info(), "run finished") == "web_search cancelled: run finished"
+
+
+def test_templates_by_tool() -> None:
+    s = ts.Summaries()
+    s.register(
+        "web_search",
+        start="Searching the web for {q!r}",
+        result=lambda call, result: (
+            f"Found {len(result)} results in {ts.format_duration(call.duration_s)}"
+        ),
+        error="Search failed: {error.message}",
+        cancelled="Search stopped ({reason})",
+    )
+    assert s.start(info()) == "Searching the web for 'anyio trio'"
+    assert s.result(info(), list(range(12))) == "Found 12 results in 1.4 s"
+    assert s.error(info(), ts.ErrorInfo(type="E", message="503")) == "Search failed: 503"
+    assert s.cancelled(info(), "user") == "Search stopped (user)"
+    assert s.start(info(tool="other")) == "Running other (q='anyio trio')"
+
+
+def test_a_failing_template_falls_back_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    s = ts.Summaries()
+    s.register("web_search", start="Searching {missing_field}", result=lambda c, r: 1 / 0)
+    with caplog.at_level(logging.WARNING, logger="toolstream.summaries"):
+        assert s.start(info()) == "Running web_search (q='anyio trio')"
+        assert s.result(info(), []) == "web_search finished in 1.4 s (0 items)"
+    assert caplog.text.count("failed; using the generic text") == 2
+
+
+def test_long_sentences_are_clipped() -> None:
+    s = ts.Summaries(max_length=20)
+    text = s.start(info(args={"q": "x" * 100}))
+    assert text is not None and len(text) == 20 and text.endswith("…")
+
+
+def test_format_duration() -> None:
+    assert ts.format_duration(None) == "?"
+    assert ts.format_duration(0.0004) == "0 ms"
+    assert ts.format_duration(59.94) == "59.9 s"
+    assert ts.format_duration(125) == "2 min 5 s"
+
+
+def test_summaries_satisfy_the_protocol() -> None:
+    assert isinstance(ts.Summaries(), ts.Summarizer)
+
+
+def test_register_rejects_bad_tool_names() -> None:
+    with pytest.raises(ValueError):
+        ts.Summaries().register("")
