@@ -56,7 +56,11 @@ def test_templates_by_tool() -> None:
 
 def test_a_failing_template_falls_back_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     s = ts.Summaries()
-    s.register("web_search", start="Searching {missing_field}", result=lambda c, r: 1 / 0)
+
+    def broken(call: ts.CallInfo, result: object) -> str:
+        raise ZeroDivisionError
+
+    s.register("web_search", start="Searching {missing_field}", result=broken)
     with caplog.at_level(logging.WARNING, logger="toolstream.summaries"):
         assert s.start(info()) == "Running web_search (q='anyio trio')"
         assert s.result(info(), []) == "web_search finished in 1.4 s (0 items)"

@@ -45,7 +45,8 @@ def test_view_follows_a_whole_session() -> None:
         type="ValueError", message="x"
     )
     assert snap.duration_s is not None and snap.ended_ts is not None
-    assert view.runs["r"].state == "completed"
+    finished_run: ts.RunSnapshot = view.runs["r"]
+    assert finished_run.state == "completed"
     assert view.open_calls() == []
     assert view.last_id == bus.position
 

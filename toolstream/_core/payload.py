@@ -97,6 +97,20 @@ _WORD_SPLIT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _KEY_CACHE_LIMIT = 4096
 
 
+def _key_set(keys: Iterable[str]) -> frozenset[str]:
+    if isinstance(keys, str):
+        raise TypeError("secret_keys is a collection of key names, not one string")
+    return frozenset(keys)
+
+
+def _pattern_tuple(
+    patterns: Iterable[str | re.Pattern[str]],
+) -> tuple[str | re.Pattern[str], ...]:
+    if isinstance(patterns, str):
+        raise TypeError("secret_patterns is a collection of patterns, not one string")
+    return tuple(patterns)
+
+
 def _compile(patterns: Iterable[str | re.Pattern[str]]) -> re.Pattern[str] | None:
     parts = [p.pattern if isinstance(p, re.Pattern) else p for p in patterns]
     if not parts:
@@ -119,10 +133,10 @@ class PayloadPolicy:
     #: Redact secrets (keys and values). Off only for trusted, local use.
     redact: bool = True
     #: Normalized key names whose values are secret (see ``DEFAULT_SECRET_KEYS``).
-    secret_keys: frozenset[str] = attrs.field(default=DEFAULT_SECRET_KEYS, converter=frozenset)
+    secret_keys: frozenset[str] = attrs.field(default=DEFAULT_SECRET_KEYS, converter=_key_set)
     #: Regular expressions of secret-looking values.
     secret_patterns: tuple[str | re.Pattern[str], ...] = attrs.field(
-        default=DEFAULT_SECRET_PATTERNS, converter=tuple
+        default=DEFAULT_SECRET_PATTERNS, converter=_pattern_tuple
     )
     #: What a secret becomes.
     placeholder: str = "[redacted]"
