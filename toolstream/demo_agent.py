@@ -1,0 +1,119 @@
+"""A simulated agent that exercises everything toolstream reports (used by ``toolstream demo``).
+
+Each turn streams a tool's input token by token, runs a parallel batch with one call
+queued behind a concurrency limit, a long tool with progress and partial output, a
+failing tool, a cancelled tool, a call with a secret in its arguments (redacted on
+the wire), one with a huge result (truncated on the wire) and a hidden internal tool.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import anyio
+
+from ._core.tracker import Tracker
+
+__all__ = ["DEMO_SECRET", "run_agent", "run_turn"]
+
+#: The fake credential the demo passes to a tool; it must never appear on the wire.
+DEMO_SECRET = "sk-demo-9f8e7d6c5b4a39281706f5e4"
+
+_PAGES = [
+    "https://anyio.readthedocs.io/en/stable/",
+    "https://trio.readthedocs.io/en/stable/",
+    "https://docs.python.org/3/library/asyncio.html",
+]
+
+
+def _tokens(text: str) -> list[str]:
+    """Split text the way a model streams it: a few characters at a time."""
+    out, i = [], 0
+    rng = random.Random(len(text))
+    while i < len(text):
+        n = rng.randint(2, 6)
+        out.append(text[i : i + n])
+        i += n
+    return out
+
+
+async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
+    """One agent turn (a run) with every kind of call."""
+
+    async def pause(seconds: float) -> None:
+        await anyio.sleep(seconds / speed)
+
+    async with tracker.run(title=f"Turn {turn}: research structured concurrency"):
+        # 1. Input streamed token by token, the card appearing at the first token.
+        query = {"query": "anyio vs trio structured concurrency", "limit": 5}
+        call = tracker.create("web_search", title="Search the web")
+        for token in _tokens(json.dumps(query)):
+            call.args_delta(token)
+            await pause(0.04)
+        call.ready()
+        async with tracker.call("web_search", call.args, call_id=call.call_id) as c:
+            for i in range(5):
+                await pause(0.15)
+                c.progress((i + 1) / 5, message=f"fetched {i + 1} of 5 result pages")
+            c.complete([{"title": f"Result {i}", "url": _PAGES[i % 3]} for i in range(5)])
+
+        # 2. A parallel batch: three fetches, at most two at a time.
+        async def fetch_page(url: str) -> dict[str, Any]:
+            await pause(random.uniform(0.4, 0.9))
+            return {"url": url, "status": 200, "bytes": random.randint(20_000, 90_000)}
+
+        async with tracker.batch(limit=2) as batch:
+            for url in _PAGES:
+                batch.start_soon(fetch_page, url)
+
+        # 3. A long tool with progress and partial output.
+        async with tracker.call("summarize_documents", {"documents": len(_PAGES)}) as c:
+            for i in range(8):
+                await pause(0.3)
+                c.progress(current=i + 1, total=8, message=f"reading section {i + 1} of 8")
+                c.output_delta(f"Section {i + 1}: cancel scopes compose across libraries.\n")
+            c.complete({"summary": "anyio runs on both asyncio and trio", "sections": 8})
+
+        # 4. A tool that fails.
+        try:
+            async with tracker.call("run_shell", {"cmd": "pytest -x tests/"}) as c:
+                await pause(0.5)
+                c.output_delta("collected 42 items\nFAILED tests/test_bus.py::test_replay\n")
+                raise RuntimeError("command failed: exit code 2")
+        except RuntimeError:
+            pass
+
+        # 5. A tool that is cancelled (the agent gives up waiting).
+        with anyio.move_on_after(0.8 / speed):
+            async with tracker.call("slow_database_query", {"sql": "SELECT * FROM events"}) as c:
+                c.progress(message="waiting for a lock")
+                await anyio.sleep(60)
+
+        # 6. A secret in the arguments: redacted before it is published.
+        async with tracker.call(
+            "call_api",
+            {"url": "https://api.example.com/v1/report", "api_key": DEMO_SECRET},
+        ) as c:
+            await pause(0.3)
+            c.complete({"status": 200, "echo": f"Authorization: Bearer {DEMO_SECRET}"})
+
+        # 7. A huge result: published as a truncated preview.
+        async with tracker.call("export_table", {"table": "events", "format": "json"}) as c:
+            await pause(0.3)
+            c.complete([{"id": i, "payload": "x" * 200} for i in range(5_000)])
+
+        # 8. A hidden internal tool: tracked, never published.
+        async with tracker.call("_update_memory", {"note": "user prefers anyio"}):
+            await pause(0.1)
+
+
+async def run_agent(tracker: Tracker, *, turns: int | None = None, speed: float = 1.0) -> None:
+    """Run turns forever (or ``turns`` of them), with a short pause between them."""
+    turn = 1
+    while turns is None or turn <= turns:
+        await run_turn(tracker, turn, speed=speed)
+        turn += 1
+        if turns is None or turn <= turns:
+            await anyio.sleep(1.5 / speed)
