@@ -7,11 +7,8 @@ import sys
 
 import anyio
 
-from .._core.bus import EventBus
-from .._core.codec import to_dict
-from .._core.tracker import Tracker
-from .._core.view import LiveView
-from ..demo_agent import run_agent
+from toolstream import EventBus, LiveView, Tracker, to_dict
+from toolstream.demo_agent import run_agent
 
 __all__ = ["run_demo"]
 

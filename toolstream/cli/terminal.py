@@ -12,9 +12,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from .._core.events import CallSnapshot, CallState
-from .._core.summaries import format_duration
-from .._core.view import LiveView
+from toolstream import CallSnapshot, CallState, LiveView, format_duration
 
 __all__ = ["LiveRenderer", "render_view"]
 
