@@ -35,6 +35,7 @@ from typing_extensions import Self
 
 from .errors import BusClosed, SlowConsumer
 from .events import (
+    EVENT_TYPES,
     Event,
     RunFinished,
     Snapshot,
@@ -62,6 +63,21 @@ E_co = TypeVar("E_co", bound=Event, covariant=True)
 _get_ident = threading.get_ident
 _MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
 _EVENT_OVERHEAD = 160  # approximate fixed bytes of an event object in the replay window
+
+
+_PUBLISHABLE: set[type] = {cls for cls in EVENT_TYPES if cls is not StreamReset}
+
+
+def _publishable(event_type: object) -> bool:
+    """Subclasses of the event classes may be published too (remembered once checked)."""
+    ok = (
+        isinstance(event_type, type)
+        and issubclass(event_type, Event)
+        and not issubclass(event_type, StreamReset)
+    )
+    if ok:
+        _PUBLISHABLE.add(event_type)  # type: ignore[arg-type]
+    return ok
 
 
 def _approx_size(fields: dict[str, Any]) -> int:
@@ -225,8 +241,8 @@ class EventBus:
         self._last_sweep = clock()
         self._closed = False
         self._wakes: list[tuple[Subscription[Any], Waiter]] = []
-        self.stats = BusStats()
-        """Counters: published, coalesced, cut, resets."""
+        self._stats = BusStats()
+        self._published = 0
 
     def __repr__(self) -> str:
         return f"<EventBus epoch={self.epoch} seq={self._seq} sessions={len(self._logs)}>"
@@ -235,6 +251,12 @@ class EventBus:
     def closed(self) -> bool:
         """True after :meth:`aclose` / :meth:`close`."""
         return self._closed
+
+    @property
+    def stats(self) -> BusStats:
+        """Counters: events published, coalesced away, subscriptions cut, resets sent."""
+        self._stats.published = self._published
+        return self._stats
 
     @property
     def position(self) -> str:
@@ -264,12 +286,14 @@ class EventBus:
         Safe from any thread; never waits for a subscriber. Trackers call this; you
         rarely need to. ``StreamReset`` cannot be published (the bus makes them).
         """
-        if event_type is StreamReset or not (
-            isinstance(event_type, type) and issubclass(event_type, Event)
-        ):
+        return self._publish(event_type, fields)
+
+    def _publish(self, event_type: type[E], fields: dict[str, Any]) -> E:
+        """``publish`` with the fields as one dict, which this call takes over."""
+        if event_type not in _PUBLISHABLE and not _publishable(event_type):
             raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
         session = fields.get("session")
-        if not isinstance(session, str) or not session:
+        if type(session) is not str or not session:
             raise ValueError(f"an event needs a non-empty session string, got {session!r}")
         size = _approx_size(fields)
         with self._lock:
@@ -277,13 +301,19 @@ class EventBus:
                 raise BusClosed("the bus is closed")
             seq = self._seq + 1
             ts = self._clock()
-            event = event_type(id=f"{self.epoch}-{seq}", ts=ts, **fields)
+            fields["id"] = f"{self.epoch}-{seq}"
+            fields["ts"] = ts
+            event = event_type(**fields)
             self._seq = seq
             log = self._logs.get(session)
             if log is None:
                 log = self._new_log(session)
-            self._append(log, event, seq, size)
+            log.events.append(event)
+            log.seqs.append(seq)
+            log.sizes.append(size)
+            log.nbytes += size
             log.last_ts = ts
+            self._bytes += size
             wakes = log.waiters
             if wakes:
                 log.waiters = []
@@ -304,7 +334,7 @@ class EventBus:
             if self._wakes:
                 wakes = wakes + self._wakes
                 self._wakes = []
-            self.stats.published += 1
+            self._published += 1
         if wakes:
             tid = _get_ident()
             for _, waiter in wakes:
@@ -312,11 +342,9 @@ class EventBus:
         return event
 
     def _new_log(self, session: str) -> _Log:
-        log = _Log(
-            session,
-            self._forgotten_seq,
-            LiveView(max_finished=self._max_finished, compare=self.compare),
-        )
+        view = LiveView(max_finished=self._max_finished, compare=self.compare)
+        view._check_replays = False  # this log feeds it every event once, in order
+        log = _Log(session, self._forgotten_seq, view)
         self._logs[session] = log
         return log
 
@@ -391,7 +419,7 @@ class EventBus:
         if sub._cut:
             return
         sub._cut = True
-        self.stats.cut += 1
+        self._stats.cut += 1
         log.subs.discard(sub)
         self._unregister(sub, log, wake=True)
 
@@ -578,7 +606,7 @@ class EventBus:
                     sub._done = True
             if need_reset:
                 if after is not None:
-                    self.stats.resets += 1
+                    self._stats.resets += 1
                 cursor = end
                 sub._pending = self._resets(log, run)
             assert cursor is not None
@@ -852,7 +880,7 @@ class Subscription(Generic[E_co]):
             live, merged = _coalesce(live) if self.overflow == "coalesce" else (live, 0)
             if merged:
                 self.coalesced += merged
-                bus.stats.coalesced += merged
+                bus._stats.coalesced += merged
             if len(live) > self.buffer:
                 with bus._lock:
                     if self._log is not None:

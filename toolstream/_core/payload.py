@@ -63,36 +63,57 @@ DEFAULT_SECRET_KEYS: frozenset[str] = frozenset(
     }
 )
 
+_W = "A-Za-z0-9_"  # a character that would make a token prefix part of a longer word
+
 #: Patterns of secret-looking values, redacted in every payload string and mapping key.
+#: Each begins with a literal character, so the regex engine can skip the positions
+#: where no secret can start; the word-boundary check comes after that literal.
 DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
     # HTTP auth schemes: the scheme word stays, the credential goes.
-    r"(?i:\bbearer)\s+[A-Za-z0-9\-._~+/]{6,}=*",
-    r"(?i:\bbasic)\s+(?=[A-Za-z+/]*[0-9=])[A-Za-z0-9+/]{8,}={0,2}",
+    r"(?:Bearer|bearer|BEARER)\s+[A-Za-z0-9\-._~+/]{6,}=*",
+    r"(?:Basic|basic|BASIC)\s+(?=[A-Za-z+/]*[0-9=])[A-Za-z0-9+/]{8,}={0,2}",
     # OpenAI, Anthropic and others' "sk-..." keys.
-    r"\bsk-[A-Za-z0-9_\-]{16,}",
+    rf"sk-(?<![{_W}]sk-)[A-Za-z0-9_\-]{{16,}}",
     # GitHub tokens.
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    rf"gh[pousr]_(?<![{_W}]gh._)[A-Za-z0-9]{{20,}}",
+    rf"github_pat_(?<![{_W}]github_pat_)[A-Za-z0-9_]{{20,}}",
     # GitLab, Hugging Face, npm, Slack.
-    r"\bglpat-[A-Za-z0-9_\-]{20,}",
-    r"\bhf_[A-Za-z0-9]{30,}",
-    r"\bnpm_[A-Za-z0-9]{36}",
-    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
-    # AWS access key ids.
-    r"\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}\b",
-    # Google API keys.
-    r"\bAIza[0-9A-Za-z_\-]{35}",
+    rf"glpat-(?<![{_W}]glpat-)[A-Za-z0-9_\-]{{20,}}",
+    rf"hf_(?<![{_W}]hf_)[A-Za-z0-9]{{30,}}",
+    rf"npm_(?<![{_W}]npm_)[A-Za-z0-9]{{36}}",
+    rf"xox[abposr]-(?<![{_W}]xox.-)[A-Za-z0-9\-]{{10,}}",
+    # AWS access key ids, Google API keys.
+    rf"A(?:KIA|SIA|BIA|CCA|ROA|IDA)(?<![{_W}]A...)[A-Z0-9]{{16}}\b",
+    rf"AIza(?<![{_W}]AIza)[0-9A-Za-z_\-]{{35}}",
     # Stripe keys.
-    r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}",
+    rf"[sr]k_(?:live|test)_(?<![{_W}].k_live_)(?<![{_W}].k_test_)[0-9A-Za-z]{{16,}}",
     # JSON Web Tokens.
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+    rf"eyJ(?<![{_W}]eyJ)[A-Za-z0-9_\-]{{8,}}\.eyJ[A-Za-z0-9_\-]{{8,}}\.[A-Za-z0-9_\-]{{8,}}",
     # PEM private keys, terminated or cut off.
     r"-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z ]*PRIVATE KEY-----|\Z)",
-    # Credentials in URLs: scheme://user:password@host.
-    r"(?<=://)[^/\s:@\"']+:[^/\s@\"']+(?=@)",
+    # Credentials in URLs: scheme://user:password@host (the "://" and "@" stay).
+    r"://[^/\s:@\"']+:[^/\s@\"']+@",
 )
 
+
+def _default_hint(text: str) -> bool:
+    """False when ``text`` cannot hold a match of any default pattern: each contains
+    one of these markers. Saves the regex on most prose."""
+    return (
+        "-" in text
+        or "_" in text
+        or "://" in text
+        or "eyJ" in text
+        or "A" in text
+        or "earer" in text
+        or "EARER" in text
+        or "asic" in text
+        or "ASIC" in text
+    )
+
+
 _SCHEME_PREFIX = re.compile(r"(?i)(bearer|basic)(\s+)")
+_URL_CREDENTIALS = "://"
 _WORD_SPLIT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _KEY_CACHE_LIMIT = 4096
 
@@ -151,6 +172,7 @@ class PayloadPolicy:
 
     _pattern: re.Pattern[str] | None = attrs.field(init=False, eq=False, repr=False)
     _key_cache: dict[str, bool] = attrs.field(init=False, eq=False, repr=False, factory=dict)
+    _defaults_only: bool = attrs.field(init=False, eq=False, repr=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         if self.max_bytes is not None and self.max_bytes < 256:
@@ -162,6 +184,8 @@ class PayloadPolicy:
         object.__setattr__(
             self, "_pattern", _compile(self.secret_patterns) if self.redact else None
         )
+        defaults = tuple(self.secret_patterns) == DEFAULT_SECRET_PATTERNS
+        object.__setattr__(self, "_defaults_only", defaults)
 
     # -- keys and text -----------------------------------------------------------------
 
@@ -197,12 +221,17 @@ class PayloadPolicy:
         pattern = self._pattern
         if pattern is None or not text:
             return text
+        if self._defaults_only and not _default_hint(text):
+            return text
         if pattern.search(text) is None:
             return text
         placeholder = self.placeholder
 
         def replace(m: re.Match[str]) -> str:
-            scheme = _SCHEME_PREFIX.match(m.group(0))
+            found = m.group(0)
+            if found.startswith(_URL_CREDENTIALS):
+                return f"://{placeholder}@"
+            scheme = _SCHEME_PREFIX.match(found)
             return scheme.group(0) + placeholder if scheme else placeholder
 
         return pattern.sub(replace, text)

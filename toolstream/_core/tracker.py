@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, TypeVar, cast, overload
 import anyio
 from typing_extensions import ParamSpec, Self
 
-from .bus import Bus
+from .bus import Bus, EventBus
 from .errors import BusClosed, LifecycleError
 from .events import (
     BatchPhase,
@@ -354,9 +354,12 @@ class CallHandle:
     ) -> None:
         """Progress from inside the running tool: ``fraction`` in 0..1, or ``current`` of
         ``total``, a ``message``, any JSON ``data``. Implies the call is running."""
-        fraction = _fraction(fraction, current, total)
-        current = _number(current)
-        total = _number(total)
+        if type(fraction) is float and 0.0 <= fraction <= 1.0 and current is None and total is None:
+            pass  # the common case, already safe
+        else:
+            fraction = _fraction(fraction, current, total)
+            current = _number(current)
+            total = _number(total)
         t = self._tracker
         if not self.hidden:
             message = t.payload.text(message)
@@ -999,6 +1002,10 @@ class Tracker:
         if coalesce < 0:
             raise ValueError(f"coalesce must be >= 0 seconds, got {coalesce!r}")
         self.bus = bus
+        # EventBus takes the fields as one dict (no re-packing); other buses, keywords.
+        self._send: Callable[[type[Event], dict[str, Any]], object] = (
+            bus._publish if isinstance(bus, EventBus) else lambda cls, f: bus.publish(cls, **f)
+        )
         #: The session every event of this tracker belongs to.
         self.session = session
         self.summarizer: Summarizer = summarizer if summarizer is not None else Summaries()
@@ -1290,16 +1297,13 @@ class Tracker:
 
     def _emit(self, cls: type[Event], handle: CallHandle, **fields: Any) -> None:
         """Publish one event of ``handle`` (lock held)."""
+        fields["session"] = self.session
+        fields["run_id"] = handle.run_id
+        fields["call_id"] = handle.call_id
+        fields["tool"] = handle.tool
+        fields["parent_call_id"] = handle.parent_call_id
         try:
-            self.bus.publish(
-                cls,
-                session=self.session,
-                run_id=handle.run_id,
-                call_id=handle.call_id,
-                tool=handle.tool,
-                parent_call_id=handle.parent_call_id,
-                **fields,
-            )
+            self._send(cls, fields)
         except BusClosed:
             self._bus_gone()
 

@@ -197,6 +197,8 @@ class LiveView:
         self.max_runs = max_runs
         self.max_text = max_text
         self._compare = compare or _default_compare
+        # The bus feeds its own views strictly in order: they skip the replay check.
+        self._check_replays = True
         self._calls: dict[str, _Call] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._runs: OrderedDict[str, RunSnapshot] = OrderedDict()
@@ -246,6 +248,7 @@ class LiveView:
             max_text=self.max_text,
             compare=self._compare,
         )
+        new._check_replays = self._check_replays
         new._calls.update((k, rec.copy()) for k, rec in self._calls.items())
         new._finished.update(self._finished)
         new._runs.update(self._runs)
@@ -355,7 +358,7 @@ class LiveView:
             self._calls[event.call_id] = rec
         else:
             last = rec.last_event_id
-            if last is not None:
+            if last is not None and self._check_replays:
                 try:
                     if self._compare(event.id, last) <= 0:
                         return False  # already applied (a replay)
