@@ -35,7 +35,8 @@ class Boom(Exception):
 
 def apply_op(handle: ts.CallHandle, op: str, arg: int) -> None:
     if op == "args_delta":
-        handle.args_delta(['{"a": ', "1", "}", '"x', "sk-AbCdEfGhIjKlMnOpQr "][arg % 5])
+        # the key is a token of its own, as keys are in the wild (see docs/decisions.md)
+        handle.args_delta(['{"a": ', "1", "}", '"x', " sk-AbCdEfGhIjKlMnOpQr "][arg % 5])
     elif op == "ready":
         handle.ready()
     elif op == "queue":

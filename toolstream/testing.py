@@ -90,8 +90,9 @@ class Recorder:
 
     @property
     def events(self) -> list[Event]:
-        """Every event delivered so far, in order."""
-        self._events.extend(self._sub.take_nowait())
+        """Every event delivered so far, in order (also after the recorder closed)."""
+        if not self._sub.closed:
+            self._events.extend(self._sub.take_nowait())
         return list(self._events)
 
     def of(self, call_id: str) -> list[Event]:
@@ -113,7 +114,9 @@ class Recorder:
         return list(self._events)
 
     def close(self) -> None:
-        """Release the subscription."""
+        """Keep what was delivered and not yet read, then release the subscription."""
+        if not self._sub.closed:
+            self._events.extend(self._sub.take_nowait())
         self._sub.close()
 
     async def __aenter__(self) -> Recorder:

@@ -1,0 +1,65 @@
+"""``python -m benchmarks`` (``make bench``): run every benchmark, write the report.
+
+Writes ``benchmarks/results.json`` and the generated part of ``docs/benchmarks.md``
+(between the ``<!-- results -->`` markers). ``--quick`` uses tiny sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import bench_bus
+
+ROOT = Path(__file__).resolve().parent.parent
+START = "<!-- results:start -->"
+END = "<!-- results:end -->"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    results = {"machine": machine(), "bus": bench_bus.run(quick=args.quick)}
+    env = results["machine"]
+    text = (
+        f"Measured {env['date']} on {env['platform']}, {env['cpus']} CPUs, "
+        f"{env['implementation']} {env['python']}"
+        + (" (quick smoke run: sizes too small to mean anything)." if args.quick else ".")
+        + "\n\n"
+        + bench_bus.report(results["bus"])
+    )
+    print(text)
+    if not args.no_write:
+        (ROOT / "benchmarks" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        doc = ROOT / "docs" / "benchmarks.md"
+        current = doc.read_text()
+        if START in current and END in current:
+            head, rest = current.split(START, 1)
+            _, tail = rest.split(END, 1)
+            doc.write_text(f"{head}{START}\n{text}{END}{tail}")
+        else:
+            print(f"{doc} has no {START} / {END} markers; not updated", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

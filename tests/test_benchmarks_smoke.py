@@ -1,0 +1,14 @@
+"""The benchmark scripts run (tiny sizes), so they cannot rot. Not a timing test."""
+
+from __future__ import annotations
+
+from benchmarks import bench_bus
+
+
+def test_bus_benchmark_runs_and_reports() -> None:
+    results = bench_bus.run(quick=True)
+    report = bench_bus.report(results)
+    assert len(results["fanout"]) == 8
+    assert "Item by item" in report and "cost ratio" in report
+    for row in results["fanout"]:
+        assert row["vs_item"] > 0 and row["vs_drain"] > 0
