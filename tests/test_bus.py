@@ -276,3 +276,22 @@ def test_bad_constructor_arguments() -> None:
         ts.EventBus(replay_bytes=10)
     with pytest.raises(ValueError):
         ts.EventBus(session_ttl=0)
+
+
+async def test_inclusive_replay_starts_at_the_event_itself() -> None:
+    bus = ts.EventBus()
+    bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+    middle = bus.publish(ts.ToolCompleted, session="s", call_id="a", tool="t")
+    last = progress(bus)
+    sub = bus.subscribe(session="s", after=middle.id, inclusive=True, with_state=True)
+    assert [e.id for e in sub.take_nowait()] == [middle.id, last.id]
+    assert sub.state is not None
+    assert [c.state.value for c in sub.state.calls] == ["running"], "the state before it"
+    with pytest.raises(ValueError, match="inclusive"):
+        bus.subscribe(session="s", inclusive=True)
+    small = ts.EventBus(replay=2)
+    first = progress(small)
+    for _ in range(100):  # past the trim threshold
+        progress(small)
+    got = small.subscribe(session="s", after=first.id, inclusive=True).take_nowait()
+    assert isinstance(got[0], ts.StreamReset)

@@ -15,7 +15,7 @@ import logging
 import secrets
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import (
@@ -132,6 +132,7 @@ class Bus(Protocol):
         buffer: int = 1024,
         overflow: Overflow = "coalesce",
         with_state: bool = False,
+        inclusive: bool = False,
     ) -> Subscription[Any]:
         """A cursor into the session's events (see :meth:`EventBus.subscribe`)."""
         ...
@@ -481,6 +482,7 @@ class EventBus:
         buffer: int = ...,
         overflow: Overflow = ...,
         with_state: bool = ...,
+        inclusive: bool = ...,
     ) -> Subscription[Event]: ...
     @overload
     def subscribe(
@@ -495,6 +497,7 @@ class EventBus:
         buffer: int = ...,
         overflow: Overflow = ...,
         with_state: bool = ...,
+        inclusive: bool = ...,
     ) -> Subscription[E1 | StreamReset]: ...
     @overload
     def subscribe(
@@ -510,6 +513,7 @@ class EventBus:
         buffer: int = ...,
         overflow: Overflow = ...,
         with_state: bool = ...,
+        inclusive: bool = ...,
     ) -> Subscription[E1 | E2 | StreamReset]: ...
     @overload
     def subscribe(
@@ -526,6 +530,7 @@ class EventBus:
         buffer: int = ...,
         overflow: Overflow = ...,
         with_state: bool = ...,
+        inclusive: bool = ...,
     ) -> Subscription[E1 | E2 | E3 | StreamReset]: ...
     @overload
     def subscribe(
@@ -538,6 +543,7 @@ class EventBus:
         buffer: int = ...,
         overflow: Overflow = ...,
         with_state: bool = ...,
+        inclusive: bool = ...,
     ) -> Subscription[Event]: ...
 
     def subscribe(
@@ -550,6 +556,7 @@ class EventBus:
         buffer: int = 1024,
         overflow: Overflow = "coalesce",
         with_state: bool = False,
+        inclusive: bool = False,
     ) -> Subscription[Any]:
         """Subscribe to events of ``types`` (all when none are given).
 
@@ -567,6 +574,9 @@ class EventBus:
           enough; ``"disconnect"`` cuts it at once. Replayed events do not count.
         - ``with_state=True``: ``sub.state`` is the session's state at the point the
           subscription starts reading (for dialects that resume mid-stream).
+        - ``inclusive=True`` (with ``after``): the event ``after`` itself is delivered
+          too (a reset if it left the window) — for a client cut between the wire
+          messages of that event.
 
         A ``StreamReset`` is delivered whenever one is due, whatever ``types`` says.
         """
@@ -575,6 +585,8 @@ class EventBus:
                 raise TypeError(f"subscribe() takes event classes, got {t!r}")
         if after is not None and snapshot:
             raise ValueError("after= and snapshot=True exclude each other")
+        if inclusive and after is None:
+            raise ValueError("inclusive=True needs after=")
         if session is not None and (not isinstance(session, str) or not session):
             raise ValueError(f"session must be a non-empty string or None, got {session!r}")
         if run is not None and session is None:
@@ -596,7 +608,7 @@ class EventBus:
             end = log.end
             cursor: int | None = end
             if after is not None:
-                cursor = self._cursor_for(log, after)
+                cursor = self._cursor_for(log, after, inclusive)
             need_reset = snapshot or cursor is None
             if run is not None:
                 state = self._state_at(log, end)
@@ -622,15 +634,20 @@ class EventBus:
                 log.subs.add(sub)
         return sub
 
-    def _cursor_for(self, log: _Log, after: str) -> int | None:
-        """The absolute position just after event ``after``, or None if it cannot be
-        served exactly (other epoch, from the future, left the window, malformed)."""
+    def _cursor_for(self, log: _Log, after: str, inclusive: bool = False) -> int | None:
+        """The absolute position just after event ``after`` (at it, with ``inclusive``),
+        or None if that cannot be served exactly (other epoch, from the future, left
+        the window, malformed)."""
         try:
             epoch, seq = parse_event_id(after)
         except ValueError:
             return None
         if epoch != self.epoch or seq > self._seq or seq < log.trimmed_seq:
             return None
+        if inclusive:
+            if seq <= log.trimmed_seq:
+                return None
+            return log.base + bisect_left(log.seqs, seq)
         return log.base + bisect_right(log.seqs, seq)
 
     @staticmethod

@@ -246,6 +246,8 @@ class CallSnapshot:
     started_ts: float | None = None
     ended_ts: float | None = None
     duration_s: float | None = None
+    #: Id of the first event of this call the view saw.
+    first_event_id: str | None = None
     #: Id of the newest event applied to this call.
     last_event_id: str | None = None
 

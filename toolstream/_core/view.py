@@ -355,6 +355,7 @@ class LiveView:
             rec.run_id = event.run_id
             rec.parent_call_id = event.parent_call_id
             rec.created_ts = event.ts
+            rec.first_event_id = event.id
             self._calls[event.call_id] = rec
         else:
             last = rec.last_event_id
