@@ -295,3 +295,16 @@ async def test_inclusive_replay_starts_at_the_event_itself() -> None:
         progress(small)
     got = small.subscribe(session="s", after=first.id, inclusive=True).take_nowait()
     assert isinstance(got[0], ts.StreamReset)
+
+
+async def test_a_cancelled_read_loses_nothing() -> None:
+    # A consumer cancelled right after the bus handed it a batch (a heartbeat timeout
+    # around the read) must get that batch on its next read.
+    bus = ts.EventBus()
+    async with bus.subscribe(session="s") as sub:
+        published = [progress(bus, current=i).id for i in range(5)]
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # the checkpoint after taking the batch is cancelled
+            await sub.__anext__()
+        got = [e.id for e in sub.take_nowait()]
+        assert got == published

@@ -6,6 +6,8 @@ dialects deliver them. Everything public is importable from here; the modules
 under ``toolstream._core`` are private.
 """
 
+from ._core.auth import Principal as Principal
+from ._core.auth import RequestInfo as RequestInfo
 from ._core.bus import Bus as Bus
 from ._core.bus import BusStats as BusStats
 from ._core.bus import EventBus as EventBus
@@ -90,7 +92,9 @@ __all__ = [
     "LiveView",
     "Overflow",
     "PayloadPolicy",
+    "Principal",
     "ProviderStreamError",
+    "RequestInfo",
     "RunFinished",
     "RunScope",
     "RunSnapshot",

@@ -621,6 +621,7 @@ class EventBus:
                     self._stats.resets += 1
                 cursor = end
                 sub._pending = self._resets(log, run)
+                sub.starts_with_reset = True
             assert cursor is not None
             sub._cursor = cursor
             sub._replay_end = end
@@ -784,6 +785,9 @@ class Subscription(Generic[E_co]):
         self.coalesced = 0
         #: With ``with_state=True``: the session's state where reading starts.
         self.state: Snapshot | None = None
+        #: True when the first thing delivered is a ``StreamReset`` (no cursor, or one
+        #: that could not be served).
+        self.starts_with_reset = False
         self._filter: tuple[type[Event], ...] | None = (
             None if not types or Event in types else (*types, StreamReset)
         )
@@ -931,29 +935,36 @@ class Subscription(Generic[E_co]):
             last_id=self.last_id,
         )
 
-    async def _next_batch(self) -> list[Any]:
+    async def _fill(self) -> bool:
+        """Wait until the local buffer holds events; False when the subscription ended.
+
+        A batch is parked in the buffer *before* the checkpoint that follows taking it,
+        so a cancellation there (a heartbeat timeout, a cancelled consumer) loses
+        nothing: the next read returns it.
+        """
         backend = self._backend
         if backend is None:
             backend = self._backend = current_backend()
-        waited = False
         while True:
             batch = self._take(None)
             if batch is None:
-                raise StopAsyncIteration
+                return False
             if batch:
-                if not waited:
-                    await checkpoint(backend)
-                return batch
+                self._buf, self._buf_i = batch, 0
+                await checkpoint(backend)
+                return True
             waiter = make_waiter(backend)
             batch = self._take(waiter)
             if batch is None:
-                raise StopAsyncIteration
+                return False
             if batch:
                 # Data arrived between the two takes; the registration is harmless.
                 self._discard(waiter)
-                return batch
+                self._buf, self._buf_i = batch, 0
+                return True
             await waiter.wait(functools.partial(self._discard, waiter))
-            waited = True
+            if self._buf_i < len(self._buf):  # pragma: no cover - defensive
+                return True
 
     def _discard(self, waiter: Waiter) -> None:
         bus = self._bus
@@ -983,17 +994,13 @@ class Subscription(Generic[E_co]):
         return self
 
     async def __anext__(self) -> E_co:
-        buf = self._buf
         i = self._buf_i
-        if i < len(buf):
-            event = buf[i]
-            self._buf_i = i + 1
-            self.last_id = event.id
-            return event  # type: ignore[no-any-return]
-        batch = await self._next_batch()
-        self._buf = batch
-        self._buf_i = 1
-        event = batch[0]
+        if i >= len(self._buf):
+            if not await self._fill():
+                raise StopAsyncIteration
+            i = 0
+        event = self._buf[i]
+        self._buf_i = i + 1
         self.last_id = event.id
         return event  # type: ignore[no-any-return]
 
@@ -1014,10 +1021,9 @@ class _Batches(Generic[E_co]):
 
     async def __anext__(self) -> list[E_co]:
         sub = self._sub
-        if sub._buf_i < len(sub._buf):
-            batch = sub._buf[sub._buf_i :]
-            sub._buf, sub._buf_i = [], 0
-        else:
-            batch = await sub._next_batch()
+        if sub._buf_i >= len(sub._buf) and not await sub._fill():
+            raise StopAsyncIteration
+        batch = sub._buf[sub._buf_i :]
+        sub._buf, sub._buf_i = [], 0
         sub.last_id = batch[-1].id
         return batch

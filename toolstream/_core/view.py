@@ -110,6 +110,7 @@ class _Call:
     started_ts: float | None
     ended_ts: float | None
     duration_s: float | None
+    first_event_id: str | None
     last_event_id: str | None
 
     @classmethod

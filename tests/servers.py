@@ -1,0 +1,71 @@
+"""A real uvicorn server on 127.0.0.1 for tests, in a thread (the bus is thread-safe)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import uvicorn
+
+
+class Served:
+    """A running server: its base URL, and how to stop it."""
+
+    def __init__(self, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
+        self.server = server
+        self.thread = thread
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self, timeout: float = 10.0) -> float:
+        """Ask the server to exit; returns how long it took."""
+        start = time.monotonic()
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError(f"uvicorn did not stop within {timeout} s")
+        return time.monotonic() - start
+
+
+def bind(port: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
+
+
+@contextlib.contextmanager
+def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterator[Served]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port unless given)."""
+    sock = bind(port)
+    actual = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, lifespan="off", log_level="warning", ws=ws, **config)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.005)
+    served = Served(server, thread, actual)
+    try:
+        yield served
+    finally:
+        if thread.is_alive():
+            served.stop()
+        sock.close()
+
+
+async def eventually(condition: Callable[[], bool], *, within: float = 5.0) -> None:
+    """Wait until ``condition()`` holds. For conditions that change in another thread
+    (the server's), where no event can be awaited: poll, briefly."""
+    with anyio.fail_after(within):
+        while not condition():  # noqa: ASYNC110 - the state changes in the server's thread
+            await anyio.sleep(0.005)

@@ -1,0 +1,150 @@
+"""Run framing shared by the per-run protocols (AG-UI, the AI SDK UI message stream).
+
+Both protocols put every tool call inside a run (an AG-UI run, an AI SDK assistant
+message). This keeps the bookkeeping in one place: the current run, implicit runs for
+calls made outside any run (closed at the next ``run.started``, when none of their
+calls is open any more, or at ``close()``), nested runs folded into the outer one,
+and which calls the client already knows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import attrs
+
+from toolstream import CallSnapshot, CallState, ErrorInfo, Event, RunFinished, RunStarted, Snapshot
+
+__all__ = ["CallMemory", "RunFraming"]
+
+_MAX_FINISHED = 10_000
+
+
+@attrs.define
+class CallMemory:
+    """What a client already received about one call."""
+
+    call_id: str
+    tool: str
+    opened: bool = False  # the protocol's "start" message was sent
+    input_done: bool = False  # the input is complete on the client's side
+    input_streamed: bool = False  # some input text was sent as deltas
+    output_text: str = ""  # text output accumulated (AI SDK preliminary output)
+
+
+def _seq(event_id: str | None) -> tuple[int, str]:
+    if not event_id:
+        return (2**62, "")
+    _, _, seq = event_id.rpartition("-")
+    return (int(seq), event_id) if seq.isdigit() else (2**62, event_id)
+
+
+class RunFraming:
+    """Which run is open on the wire and which calls the client knows.
+
+    The dialect asks it what to do (``enter_run``, ``leave_run``, ``ensure_run``...)
+    and writes the protocol's messages itself.
+    """
+
+    def __init__(self) -> None:
+        self.thread: str = ""
+        self.run: str | None = None  # the run open on the wire
+        self.implicit = False
+        self.nested: set[str] = set()  # explicit runs started inside the open one
+        self.calls: dict[str, CallMemory] = {}  # calls of the open run not yet ended
+        self._finished: OrderedDict[str, None] = OrderedDict()
+
+    def saw(self, event: Event) -> None:
+        """Learn the session (the AG-UI thread) from any event."""
+        if event.session:
+            self.thread = event.session
+
+    def finished(self, call_id: str) -> bool:
+        """True when the client already got this call's end."""
+        return call_id in self._finished
+
+    def finish(self, call_id: str) -> None:
+        """Record a call's end (bounded memory of ended calls)."""
+        self.calls.pop(call_id, None)
+        self._finished[call_id] = None
+        if len(self._finished) > _MAX_FINISHED:
+            self._finished.popitem(last=False)
+
+    def call(self, event: Event) -> CallMemory:
+        """The memory of ``event``'s call (created on first sight)."""
+        memory = self.calls.get(event.call_id)
+        if memory is None:
+            memory = self.calls[event.call_id] = CallMemory(event.call_id, event.tool)
+        return memory
+
+    # -- runs -------------------------------------------------------------------------
+
+    def is_nested_start(self, event: RunStarted) -> bool:
+        """A ``run.started`` inside an explicit open run: folded into it (no message)."""
+        if self.run is not None and not self.implicit and event.run_id != self.run:
+            self.nested.add(event.run_id or "")
+            return True
+        return False
+
+    def is_nested_finish(self, event: RunFinished) -> bool:
+        """The end of a folded nested run (no message)."""
+        run = event.run_id or ""
+        if run in self.nested:
+            self.nested.discard(run)
+            return True
+        return False
+
+    def implicit_id(self, event_id: str) -> str:
+        """The id of an implicit run opened at event ``event_id``."""
+        return f"implicit-{event_id}"
+
+    def open_calls(self) -> list[CallMemory]:
+        """The calls of the open run the client knows and that did not end."""
+        return list(self.calls.values())
+
+    def implicit_may_close(self) -> bool:
+        """An implicit run with no open call left closes."""
+        return self.run is not None and self.implicit and not self.calls
+
+    # -- resets -------------------------------------------------------------------------
+
+    @staticmethod
+    def target(snapshot: Snapshot) -> tuple[str | None, bool, list[CallSnapshot]]:
+        """From a reset: the run to have open on the wire (its id, whether implicit) and
+        its open calls, oldest first. Finished calls are never re-sent."""
+        open_runs = [r for r in snapshot.runs if r.state == "running"]
+        open_calls = [c for c in snapshot.calls if not c.state.terminal]
+        if open_runs:
+            # The outermost open run (nested runs are folded into it on the wire).
+            run = min(open_runs, key=lambda r: r.started_ts or 0.0).run_id
+            nested = {r.run_id for r in open_runs}
+            calls = [c for c in open_calls if c.run_id in nested]
+            return run, False, _oldest_first(calls)
+        loose = [c for c in open_calls if c.run_id is None]
+        if loose:
+            first = min(loose, key=lambda c: _seq(c.first_event_id))
+            return f"implicit-{first.first_event_id or first.call_id}", True, _oldest_first(loose)
+        return None, False, []
+
+    def remember_finished(self, calls: Iterable[CallSnapshot]) -> None:
+        """Calls a reset shows as ended: later events for them are ignored."""
+        for call in calls:
+            if call.state.terminal:
+                self.finish(call.call_id)
+
+
+def _oldest_first(calls: list[CallSnapshot]) -> list[CallSnapshot]:
+    return sorted(calls, key=lambda c: _seq(c.first_event_id))
+
+
+def input_done(call: CallSnapshot) -> bool:
+    """Whether a client that saw this call up to now has its complete input."""
+    return call.state in (CallState.READY, CallState.QUEUED, CallState.RUNNING)
+
+
+def error_text(error: ErrorInfo | None, default: str = "failed") -> str:
+    """``"TimeoutError: timed out"``."""
+    if error is None:
+        return default
+    return f"{error.type}: {error.message}" if error.message else error.type

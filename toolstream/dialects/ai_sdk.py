@@ -1,0 +1,313 @@
+"""The Vercel AI SDK UI message stream (v1): what ``useChat`` and ``readUIMessageStream`` read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolstream import (
+    BatchPhase,
+    CallState,
+    Event,
+    JSONValue,
+    RunFinished,
+    RunStarted,
+    Snapshot,
+    StreamReset,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+
+from ._base import BaseDialect, WireMessage, camel
+from ._framing import CallMemory, RunFraming, error_text, input_done
+
+__all__ = ["AISDK"]
+
+
+class AISDK(BaseDialect):
+    """UI message stream chunks: ``start`` / ``start-step`` … ``finish-step`` / ``finish``
+    around ``tool-input-start`` → ``tool-input-delta`` → ``tool-input-available`` (or
+    ``tool-input-error``) → ``tool-output-available`` (or ``tool-output-error``).
+
+    Partial output is ``tool-output-available`` with ``preliminary: true`` carrying the
+    whole output so far (the client replaces it); progress is a transient
+    ``data-tool-progress`` part (delivered to ``onData``, never stored in the message).
+    A cancelled call ends with ``tool-output-error`` saying so. A failed run adds an
+    ``error`` chunk, a cancelled one ``abort``. ``close()`` ends with ``[DONE]``.
+    A delta or output is never sent for a call whose start was not sent.
+    """
+
+    name = "ai_sdk"
+    headers: Mapping[str, str] = {"x-vercel-ai-ui-message-stream": "v1"}
+
+    def __init__(self, *, dynamic: bool = False, max_output_chars: int = 32_000) -> None:
+        #: Mark tool parts as dynamic (for clients without static tool definitions).
+        self.dynamic = dynamic
+        self.max_output_chars = max_output_chars
+        self._frame = RunFraming()
+
+    @staticmethod
+    def _msg(kind: str, **fields: Any) -> WireMessage:
+        return WireMessage(payload=camel({"type": kind, **fields}))
+
+    def _data(self, name: str, call_id: str, data: dict[str, Any]) -> WireMessage:
+        return self._msg(f"data-{name}", id=call_id, data=camel(data), transient=True)
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def _open_run(self, run_id: str, implicit: bool) -> list[WireMessage]:
+        self._frame.run = run_id
+        self._frame.implicit = implicit
+        return [self._msg("start", messageId=run_id), self._msg("start-step")]
+
+    def _close_run(self, event: RunFinished | None = None) -> list[WireMessage]:
+        frame = self._frame
+        if frame.run is None:
+            return []
+        out: list[WireMessage] = []
+        for call in frame.open_calls():
+            out += self._end_call(call, "Cancelled: the run ended before the call")
+        if event is not None and event.outcome == "failed":
+            out.append(self._msg("error", errorText=error_text(event.error, "run failed")))
+        elif event is not None and event.outcome == "cancelled":
+            out.append(self._msg("abort"))
+        out += [self._msg("finish-step"), self._msg("finish")]
+        frame.run = None
+        frame.implicit = False
+        frame.nested.clear()
+        return out
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _open_call(self, call: CallMemory, title: str | None = None) -> list[WireMessage]:
+        if call.opened:
+            return []
+        call.opened = True
+        return [
+            self._msg(
+                "tool-input-start",
+                toolCallId=call.call_id,
+                toolName=call.tool,
+                dynamic=True if self.dynamic else None,
+                title=title,
+            )
+        ]
+
+    def _available(
+        self, call: CallMemory, args: JSONValue, valid: bool = True
+    ) -> list[WireMessage]:
+        out = self._open_call(call)
+        if call.input_done:
+            return out
+        call.input_done = True
+        if valid:
+            out.append(
+                self._msg(
+                    "tool-input-available",
+                    toolCallId=call.call_id,
+                    toolName=call.tool,
+                    input={} if args is None else args,
+                    dynamic=True if self.dynamic else None,
+                )
+            )
+        else:
+            out.append(
+                self._msg(
+                    "tool-input-error",
+                    toolCallId=call.call_id,
+                    toolName=call.tool,
+                    input=args,
+                    errorText="the tool input is not valid JSON",
+                    dynamic=True if self.dynamic else None,
+                )
+            )
+        return out
+
+    def _output(self, call: CallMemory, output: JSONValue, *, preliminary: bool) -> WireMessage:
+        return self._msg(
+            "tool-output-available",
+            toolCallId=call.call_id,
+            output=output,
+            preliminary=True if preliminary else None,
+            dynamic=True if self.dynamic else None,
+        )
+
+    def _error(self, call: CallMemory, text: str) -> WireMessage:
+        return self._msg(
+            "tool-output-error",
+            toolCallId=call.call_id,
+            errorText=text,
+            dynamic=True if self.dynamic else None,
+        )
+
+    def _end_call(self, call: CallMemory, reason: str) -> list[WireMessage]:
+        out = self._open_call(call)
+        out.append(self._error(call, reason))
+        self._frame.finish(call.call_id)
+        return out
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def encode(self, event: Event) -> list[WireMessage]:
+        """The UI message chunks for one lifecycle event."""
+        frame = self._frame
+        frame.saw(event)
+        if isinstance(event, RunStarted):
+            if frame.is_nested_start(event):
+                return []
+            closing = self._close_run() if frame.implicit else []
+            if frame.run == event.run_id:
+                return closing
+            return closing + self._open_run(event.run_id or "", implicit=False)
+        if isinstance(event, RunFinished):
+            if frame.is_nested_finish(event) or frame.run != event.run_id:
+                return []
+            return self._close_run(event)
+        if isinstance(event, StreamReset):
+            return self._reset(event.snapshot)
+        if isinstance(event, BatchPhase):
+            if frame.run is None:
+                return []
+            return [
+                self._msg(
+                    "data-batch-phase",
+                    id=event.batch_id,
+                    data={
+                        "batchId": event.batch_id,
+                        "phase": event.phase,
+                        "callIds": list(event.call_ids),
+                        "counts": dict(event.counts),
+                    },
+                    transient=True,
+                )
+            ]
+        if not event.call_id or frame.finished(event.call_id):
+            return []
+        out: list[WireMessage] = []
+        if frame.run is None:
+            out += self._open_run(frame.implicit_id(event.id), implicit=True)
+        call = frame.call(event)
+        if isinstance(event, ToolCreated):
+            out += self._open_call(call, event.title)
+        elif isinstance(event, ToolArgsDelta):
+            out += self._open_call(call)
+            if event.delta and not call.input_done:
+                call.input_streamed = True
+                out.append(
+                    self._msg(
+                        "tool-input-delta", toolCallId=call.call_id, inputTextDelta=event.delta
+                    )
+                )
+        elif isinstance(event, ToolReady):
+            out += self._available(call, event.args, event.args_valid)
+        elif isinstance(event, ToolQueued):
+            out += self._open_call(call)
+            out.append(
+                self._data(
+                    "tool-progress",
+                    call.call_id,
+                    {"toolCallId": call.call_id, "state": "queued", "position": event.position},
+                )
+            )
+        elif isinstance(event, ToolStarted):
+            out += self._available(call, event.args)
+        elif isinstance(event, ToolProgress):
+            out += self._available(call, None)
+            out.append(
+                self._data(
+                    "tool-progress",
+                    call.call_id,
+                    {
+                        "toolCallId": call.call_id,
+                        "state": "running",
+                        "fraction": event.fraction,
+                        "current": event.current,
+                        "total": event.total,
+                        "message": event.message,
+                        "data": event.data,
+                    },
+                )
+            )
+        elif isinstance(event, ToolOutputDelta):
+            out += self._available(call, None)
+            text = call.output_text + event.text
+            if len(text) > self.max_output_chars:
+                text = text[-self.max_output_chars :]
+            call.output_text = text
+            out.append(self._output(call, text, preliminary=True))
+        elif isinstance(event, ToolOutputPartial):
+            out += self._available(call, None)
+            out.append(self._output(call, event.value, preliminary=True))
+        elif isinstance(event, ToolCompleted):
+            out += self._available(call, None)
+            out.append(self._output(call, event.result, preliminary=False))
+            frame.finish(call.call_id)
+        elif isinstance(event, ToolFailed):
+            out += self._open_call(call)
+            out.append(self._error(call, error_text(event.error)))
+            frame.finish(call.call_id)
+        elif isinstance(event, ToolCancelled):
+            out += self._open_call(call)
+            out.append(self._error(call, f"Cancelled: {event.reason or 'cancelled'}"))
+            frame.finish(call.call_id)
+        if frame.implicit_may_close():
+            out += self._close_run()
+        return out
+
+    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
+        """Re-open only the current run's open calls; never re-send finished ones."""
+        frame = self._frame
+        frame.remember_finished(snapshot.calls)
+        run, implicit, calls = frame.target(snapshot)
+        out: list[WireMessage] = []
+        if frame.run is not None and frame.run != run:
+            out += self._close_run()
+        if run is not None and frame.run is None:
+            out += self._open_run(run, implicit)
+        for snap in calls:
+            if frame.finished(snap.call_id):
+                continue
+            call = frame.calls.get(snap.call_id)
+            if call is None:
+                call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
+            out += self._open_call(call, snap.title)
+            if snap.state is CallState.CREATED:
+                if snap.args_text and not call.input_done:
+                    call.input_streamed = True
+                    out.append(
+                        self._msg(
+                            "tool-input-delta",
+                            toolCallId=call.call_id,
+                            inputTextDelta=snap.args_text,
+                        )
+                    )
+            elif input_done(snap):
+                out += self._available(call, snap.args, snap.args_valid is not False)
+                if snap.output_text:
+                    call.output_text = snap.output_text[-self.max_output_chars :]
+                    out.append(self._output(call, call.output_text, preliminary=True))
+                elif snap.output is not None:
+                    out.append(self._output(call, snap.output, preliminary=True))
+        return out
+
+    def prime(self, snapshot: Snapshot) -> None:
+        """Take on the state of a client that saw everything up to the snapshot."""
+        self._reset(snapshot)
+
+    def close(self) -> list[WireMessage]:
+        """End the open calls and the open message, then ``[DONE]``."""
+        out: list[WireMessage] = []
+        for call in self._frame.open_calls():
+            out += self._end_call(call, "Cancelled: the stream ended before the call")
+        out += self._close_run()
+        out.append(WireMessage(raw="[DONE]"))
+        return out

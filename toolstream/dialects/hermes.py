@@ -1,0 +1,152 @@
+"""hermes-agent's chat-completions companion events: ``event: hermes.tool.progress``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from toolstream import (
+    CallState,
+    Event,
+    Snapshot,
+    StreamReset,
+    ToolCancelled,
+    ToolCompleted,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolReady,
+    ToolStarted,
+)
+
+from ._base import BaseDialect, WireMessage, camel
+
+__all__ = ["Hermes"]
+
+EVENT = "hermes.tool.progress"
+
+
+class Hermes(BaseDialect):
+    """``{toolCallId, tool, status, label, input?, output?}`` with ``status`` running,
+    then exactly one of completed / failed / cancelled per call.
+
+    Meant to be interleaved by a chat-completions host with its own chunks, never
+    inside ``delta.content`` (progress text there teaches the model to imitate it).
+    ``running`` goes out when the call starts running; hidden tools never appear
+    (the tracker does not publish them).
+    """
+
+    name = "hermes"
+    headers: Mapping[str, str] = {}
+
+    def __init__(self, *, max_output_chars: int = 2000) -> None:
+        self.max_output_chars = max_output_chars
+        self._running: dict[str, str] = {}  # call_id -> tool, "running" sent, no terminal yet
+        self._done: set[str] = set()
+        self._inputs: dict[str, object] = {}
+
+    def _message(
+        self, call_id: str, tool: str, status: str, label: str, **extra: object
+    ) -> WireMessage:
+        payload = camel(
+            {"toolCallId": call_id, "tool": tool, "status": status, "label": label, **extra}
+        )
+        return WireMessage(event=EVENT, payload=payload)
+
+    def _output(self, value: object) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(text) > self.max_output_chars:
+            text = text[: self.max_output_chars] + "…"
+        return text
+
+    def _ensure_running(self, event: Event, label: str | None = None) -> list[WireMessage]:
+        call_id = event.call_id
+        if call_id in self._running or call_id in self._done:
+            return []
+        self._running[call_id] = event.tool
+        return [
+            self._message(
+                call_id,
+                event.tool,
+                "running",
+                label or event.tool,
+                input=self._inputs.get(call_id),
+            )
+        ]
+
+    def encode(self, event: Event) -> list[WireMessage]:
+        """``running`` when the call starts, its terminal status when it ends."""
+        call_id = event.call_id
+        if not call_id:
+            if isinstance(event, StreamReset):
+                return self._reset(event)
+            return []
+        if call_id in self._done:
+            return []
+        if isinstance(event, ToolReady):
+            self._inputs[call_id] = event.args
+            return []
+        if isinstance(event, ToolStarted):
+            if event.args is not None:
+                self._inputs[call_id] = event.args
+            return self._ensure_running(event, event.summary)
+        if isinstance(event, (ToolProgress, ToolOutputDelta, ToolOutputPartial)):
+            return self._ensure_running(event)
+        if isinstance(event, (ToolCompleted, ToolFailed, ToolCancelled)):
+            out = self._ensure_running(event)
+            self._running.pop(call_id, None)
+            self._done.add(call_id)
+            self._inputs.pop(call_id, None)
+            if isinstance(event, ToolCompleted):
+                status, output = "completed", self._output(event.result)
+            elif isinstance(event, ToolFailed):
+                status, output = "failed", f"{event.error.type}: {event.error.message}"
+            else:
+                status, output = "cancelled", event.reason or "cancelled"
+            label = event.summary or f"{event.tool} {status}"
+            out.append(self._message(call_id, event.tool, status, label, output=output))
+            return out
+        return []
+
+    def _reset(self, event: StreamReset) -> list[WireMessage]:
+        out: list[WireMessage] = []
+        present = {c.call_id for c in event.snapshot.calls}
+        for call_id, tool in list(self._running.items()):
+            if call_id not in present:  # vanished (a restart): say it ended
+                self._running.pop(call_id)
+                self._done.add(call_id)
+                out.append(self._message(call_id, tool, "cancelled", f"{tool} lost", output="lost"))
+        for call in event.snapshot.calls:
+            if call.state is CallState.RUNNING and call.call_id not in self._running:
+                self._running[call.call_id] = call.tool
+                out.append(
+                    self._message(
+                        call.call_id,
+                        call.tool,
+                        "running",
+                        call.summary or call.tool,
+                        input=call.args,
+                    )
+                )
+        return out
+
+    def prime(self, snapshot: Snapshot) -> None:
+        """Remember which calls a client already saw running, and which ended."""
+        for call in snapshot.calls:
+            if call.state is CallState.RUNNING:
+                self._running[call.call_id] = call.tool
+            elif call.state.terminal:
+                self._done.add(call.call_id)
+
+    def close(self) -> list[WireMessage]:
+        """Calls still running when the stream ends are reported cancelled."""
+        out = [
+            self._message(
+                call_id, tool, "cancelled", f"{tool}: stream ended", output="stream ended"
+            )
+            for call_id, tool in self._running.items()
+        ]
+        self._done.update(self._running)
+        self._running.clear()
+        return out

@@ -1,0 +1,305 @@
+"""SSEApp: a session's tool lifecycle as Server-Sent Events, for browsers and HTTP clients."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+import anyio
+
+from toolstream import Bus, DialectError, SlowConsumer, Subscription
+from toolstream._serving import (
+    Authorize,
+    Dialects,
+    Stream,
+    authenticate,
+    loop_caller,
+    may_read,
+    open_stream,
+    request_info,
+)
+from toolstream.dialects import Dialect, DialectSpec, Encoder, Frame
+
+logger = logging.getLogger("toolstream.sse")
+
+__all__ = ["SSEApp", "encode_frame", "frames"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_PING = b": ping\n\n"
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """One SSE frame: ``event:`` (if any), ``id:``, one ``data:`` line, a blank line.
+
+    The data is JSON on one line (JSON escapes every CR and LF inside strings), so no
+    value can add or alter a frame; event names and ids with CR, LF or NUL were
+    refused by the encoder already.
+    """
+    message = frame.message
+    if message.raw is not None:
+        data = message.raw
+    else:
+        data = json.dumps(message.payload, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {message.event}\n" if message.event is not None else ""
+    if frame.id:
+        head += f"id: {frame.id}\n"
+    return f"{head}data: {data}\n\n".encode()
+
+
+async def frames(
+    subscription: Subscription[Any],
+    dialect: Dialect,
+    *,
+    heartbeat: float | None = None,
+    retry_ms: int | None = None,
+) -> AsyncIterator[bytes]:
+    """The subscription as encoded SSE bytes, one chunk per batch of events, for
+    frameworks that prefer their own streaming response class. Ends (with the
+    dialect's epilogue) when the subscription does."""
+    encoder = Encoder(dialect)
+    head = b"" if retry_ms is None else f"retry: {retry_ms}\n\n".encode()
+    head += b"".join(encode_frame(f) for f in encoder.open())
+    if head:
+        yield head
+    batches = subscription.batches()
+    while True:
+        batch: list[Any] | None = None
+        with anyio.move_on_after(heartbeat if heartbeat is not None else float("inf")):
+            try:
+                batch = await batches.__anext__()
+            except StopAsyncIteration:
+                break
+        if batch is None:
+            yield _PING
+            continue
+        chunk = b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
+        if chunk:
+            yield chunk
+    tail = b"".join(encode_frame(f) for f in encoder.close())
+    if tail:
+        yield tail
+
+
+class SSEApp:
+    """An ASGI 3 app that streams one session's tool lifecycle as Server-Sent Events.
+
+    ``GET ?session=s1`` (or whatever ``session_from(scope)`` says): a
+    ``stream.reset`` of the session first, then live events. With ``Last-Event-ID``
+    (or ``&last_event_id=``): exactly the missed events, or a reset when they are
+    gone. ``&run=<id>``: only that run, and the response ends after it.
+    ``&dialect=``: one of ``dialects`` (by default the four built-in ones;
+    ``dialect`` is the default).
+
+    Without ``authorize`` every session is readable: for local use only. With it,
+    ``authorize(RequestInfo)`` returns a principal (or None: 401) whose
+    ``can_read(session)`` decides (False: 403).
+
+    Mount it in any ASGI framework, or serve it bare (``uvicorn module:app``).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        dialect: DialectSpec = "native",
+        authorize: Authorize | None = None,
+        heartbeat: float = 15.0,
+        retry_ms: int = 3000,
+        session_from: Callable[[Scope], str | None] | None = None,
+        dialects: Iterable[DialectSpec] | None = None,
+        buffer: int = 1024,
+    ) -> None:
+        if not heartbeat > 0:
+            raise ValueError(f"heartbeat must be positive seconds, got {heartbeat!r}")
+        if retry_ms < 0:
+            raise ValueError(f"retry_ms must be >= 0, got {retry_ms!r}")
+        self.bus = bus
+        self.authorize = authorize
+        self.heartbeat = heartbeat
+        self.retry_ms = retry_ms
+        self.session_from = session_from
+        self.buffer = buffer
+        self._dialects = Dialects(dialect, dialects)
+        # Each open stream's cancel scope, and how to reach its event loop from any thread.
+        self._streams: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
+        self._closing = False
+
+    @property
+    def open_streams(self) -> int:
+        """How many responses are streaming now."""
+        return len(self._streams)
+
+    def shutdown(self) -> None:
+        """End every open stream now, and refuse new ones (503). For servers that do
+        not disconnect streaming responses on shutdown. Safe from any thread (the ASGI
+        lifespan shutdown of a bare ``SSEApp`` calls it)."""
+        self._closing = True
+        for scope, call in list(self._streams.items()):
+            call(scope.cancel)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": 1003})
+            return
+        if kind != "http":
+            raise ValueError(f"SSEApp serves HTTP, not {kind!r}")
+        if scope["method"] not in ("GET", "HEAD"):
+            await _respond(send, 405, "only GET is allowed", [(b"allow", b"GET")])
+            return
+        request = request_info(scope)
+        session = self.session_from(scope) if self.session_from else request.query.get("session")
+        if not session:
+            await _respond(send, 400, "missing session: add ?session=<id>")
+            return
+        chosen = self._dialects.get(request.query.get("dialect"))
+        if chosen is None:
+            known = ", ".join(self._dialects.factories)
+            await _respond(send, 400, f"unknown dialect; this endpoint serves: {known}")
+            return
+        principal = await authenticate(self.authorize, request)
+        if principal is None:
+            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
+            return
+        if not await may_read(principal, session):
+            await _respond(send, 403, f"not allowed to read session {session!r}")
+            return
+        if self._closing:
+            await _respond(send, 503, "the server is shutting down")
+            return
+        name, factory = chosen
+        dialect = factory()
+        cursor = request.headers.get("last-event-id") or request.query.get("last_event_id")
+        run = request.query.get("run") or None
+        try:
+            stream = open_stream(
+                self.bus,
+                session=session,
+                run=run,
+                cursor=cursor,
+                dialect=dialect,
+                buffer=self.buffer,
+            )
+        except DialectError as exc:
+            await _respond(send, 500, f"dialect {name}: {exc}")
+            return
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        headers += [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in dialect.headers.items()
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if scope["method"] == "HEAD":
+            stream.subscription.close()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        await self._serve(stream, receive, send)
+
+    async def _serve(self, stream: Stream, receive: Receive, send: Send) -> None:
+        sub = stream.subscription
+        disconnected = False
+        try:
+            with anyio.CancelScope() as cancel:  # cancelled by shutdown()
+                self._streams[cancel] = loop_caller()
+                try:
+                    async with anyio.create_task_group() as tg:
+
+                        async def watch() -> None:
+                            nonlocal disconnected
+                            while True:
+                                message = await receive()
+                                if message["type"] == "http.disconnect":
+                                    disconnected = True
+                                    tg.cancel_scope.cancel()
+                                    return
+
+                        tg.start_soon(watch)
+                        await self._pump(stream, send)
+                        tg.cancel_scope.cancel()
+                finally:
+                    self._streams.pop(cancel, None)
+        finally:
+            sub.close()  # released at once, whatever ended the stream
+        if not disconnected:
+            try:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:  # the connection went away meanwhile
+                pass
+
+    async def _pump(self, stream: Stream, send: Send) -> None:
+        """Write the stream until it ends, or the client is cut (after telling it to
+        resume)."""
+        encoder = stream.encoder
+        # The reconnection hint rides on the first frame: a block holding only
+        # "retry:" is an empty event to some clients.
+        retry = f"retry: {self.retry_ms}\n".encode()
+        first = b"".join(encode_frame(f) for f in (*encoder.open(), *stream.initial))
+        if first:
+            await send({"type": "http.response.body", "body": retry + first, "more_body": True})
+            retry = b""
+        batches = stream.subscription.batches()
+        while True:
+            batch = None
+            with anyio.move_on_after(self.heartbeat):
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:
+                    break
+                except SlowConsumer as exc:
+                    logger.info("cutting a slow SSE client: %s", exc)
+                    body = b": too slow; reconnect with Last-Event-ID to resume\n\n"
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    return
+            if batch is None:
+                await send({"type": "http.response.body", "body": _PING, "more_body": True})
+                continue
+            try:
+                body = b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
+            except DialectError:
+                logger.exception("a dialect could not encode an event; ending the stream")
+                return
+            if body:
+                await send({"type": "http.response.body", "body": retry + body, "more_body": True})
+                retry = b""
+        tail = b"".join(encode_frame(f) for f in encoder.close())
+        if tail:
+            await send({"type": "http.response.body", "body": tail, "more_body": True})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _respond(
+    send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
