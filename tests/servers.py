@@ -45,7 +45,16 @@ def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterat
     sock = bind(port)
     actual = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, lifespan="off", log_level="warning", ws=ws, **config)
+        # A server in a thread has no signal handler for toolstream to watch: let
+        # uvicorn end the open streams itself, after a short grace period.
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="warning",
+            ws=ws,
+            timeout_graceful_shutdown=config.pop("timeout_graceful_shutdown", 0.5),
+            **config,
+        )
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

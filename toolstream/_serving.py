@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+import anyio
 import attrs
 
 from toolstream import Bus, Principal, RequestInfo, StreamReset, Subscription
@@ -176,3 +178,29 @@ def loop_caller() -> Callable[[Callable[[], None]], None]:
             pass
 
     return call_asyncio
+
+
+def server_exiting() -> bool:
+    """True when the server this process runs is shutting down.
+
+    uvicorn does not disconnect streaming responses on shutdown: it waits for them to
+    end, and tells the application (lifespan) only after that. Its signal handler is
+    a bound method of the server, whose ``should_exit`` flag says it is exiting; an
+    open stream that sees it ends, so Ctrl-C never hangs on open streams.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):  # pragma: no cover - exotic platforms
+            continue
+        server = getattr(handler, "__self__", None)
+        if server is not None and getattr(server, "should_exit", False) is True:
+            return True
+    return False
+
+
+async def watch_server_exit(scope: anyio.CancelScope, interval: float = 0.25) -> None:
+    """Cancel ``scope`` when :func:`server_exiting` says so."""
+    while not server_exiting():  # noqa: ASYNC110 - a flag set by a signal handler
+        await anyio.sleep(interval)
+    scope.cancel()

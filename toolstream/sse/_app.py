@@ -19,6 +19,7 @@ from toolstream._serving import (
     may_read,
     open_stream,
     request_info,
+    watch_server_exit,
 )
 from toolstream.dialects import Dialect, DialectSpec, Encoder, Frame
 
@@ -225,6 +226,7 @@ class SSEApp:
                                     return
 
                         tg.start_soon(watch)
+                        tg.start_soon(watch_server_exit, cancel)
                         await self._pump(stream, send)
                         tg.cancel_scope.cancel()
                 finally:

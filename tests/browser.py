@@ -1,0 +1,50 @@
+"""Headless Chromium (Debian's ``chromium``) driven by Playwright, for the browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from .conftest import require
+
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    """The Chromium binary: $TOOLSTREAM_CHROMIUM, or Debian's chromium on the PATH."""
+    explicit = os.environ.get("TOOLSTREAM_CHROMIUM")
+    if explicit:
+        return explicit
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextlib.contextmanager
+def browser_page() -> Iterator[Any]:
+    """A fresh page in headless Chromium (skips without it, fails under REQUIRE_ALL)."""
+    path = chromium_path()
+    require(path is not None, "headless Chromium not found (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover - a test dependency
+        require(False, "playwright is not installed")
+        raise
+    assert path is not None
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            yield context.new_page()
+        finally:
+            browser.close()
