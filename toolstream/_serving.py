@@ -133,6 +133,7 @@ def open_stream(
         after=parsed.event_id,
         inclusive=inclusive,
         with_state=True,
+        with_history=not parsed.reset,
         buffer=buffer,
     )
     if sub.starts_with_reset or sub.state is None:
@@ -144,7 +145,14 @@ def open_stream(
             id=parsed.event_id, session=session, ts=time.time(), run_id=run, snapshot=sub.state
         )
         return Stream(sub, encoder, encoder.encode(reset))
-    dialect.prime(sub.state)
+    # Bring the dialect to exactly where the client was: the state before the retained
+    # window, then every retained event up to the cursor, encoded and thrown away.
+    if sub.history_state is not None:
+        dialect.prime(sub.history_state)
+        for event in sub.history:
+            dialect.encode(event)
+    else:
+        dialect.prime(sub.state)
     if inclusive:
         assert parsed.part is not None
         return Stream(sub, Encoder(dialect, skip_event=parsed.event_id, skip=parsed.part + 1), [])

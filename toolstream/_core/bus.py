@@ -133,6 +133,7 @@ class Bus(Protocol):
         overflow: Overflow = "coalesce",
         with_state: bool = False,
         inclusive: bool = False,
+        with_history: bool = False,
     ) -> Subscription[Any]:
         """A cursor into the session's events (see :meth:`EventBus.subscribe`)."""
         ...
@@ -483,6 +484,7 @@ class EventBus:
         overflow: Overflow = ...,
         with_state: bool = ...,
         inclusive: bool = ...,
+        with_history: bool = ...,
     ) -> Subscription[Event]: ...
     @overload
     def subscribe(
@@ -498,6 +500,7 @@ class EventBus:
         overflow: Overflow = ...,
         with_state: bool = ...,
         inclusive: bool = ...,
+        with_history: bool = ...,
     ) -> Subscription[E1 | StreamReset]: ...
     @overload
     def subscribe(
@@ -514,6 +517,7 @@ class EventBus:
         overflow: Overflow = ...,
         with_state: bool = ...,
         inclusive: bool = ...,
+        with_history: bool = ...,
     ) -> Subscription[E1 | E2 | StreamReset]: ...
     @overload
     def subscribe(
@@ -531,6 +535,7 @@ class EventBus:
         overflow: Overflow = ...,
         with_state: bool = ...,
         inclusive: bool = ...,
+        with_history: bool = ...,
     ) -> Subscription[E1 | E2 | E3 | StreamReset]: ...
     @overload
     def subscribe(
@@ -544,6 +549,7 @@ class EventBus:
         overflow: Overflow = ...,
         with_state: bool = ...,
         inclusive: bool = ...,
+        with_history: bool = ...,
     ) -> Subscription[Event]: ...
 
     def subscribe(
@@ -557,6 +563,7 @@ class EventBus:
         overflow: Overflow = "coalesce",
         with_state: bool = False,
         inclusive: bool = False,
+        with_history: bool = False,
     ) -> Subscription[Any]:
         """Subscribe to events of ``types`` (all when none are given).
 
@@ -577,6 +584,9 @@ class EventBus:
         - ``inclusive=True`` (with ``after``): the event ``after`` itself is delivered
           too (a reset if it left the window) — for a client cut between the wire
           messages of that event.
+        - ``with_history=True``: ``sub.history`` is the session's retained events before
+          the starting point and ``sub.history_state`` the state before the oldest of
+          them — what an encoder replays to continue exactly where a client was.
 
         A ``StreamReset`` is delivered whenever one is due, whatever ``types`` says.
         """
@@ -626,6 +636,9 @@ class EventBus:
             sub._cursor = cursor
             sub._replay_end = end
             sub._log = log
+            if with_history and log.view is not None:
+                sub.history_state = log.view.snapshot(run_id=run)
+                sub.history = log.events[: max(0, cursor - log.base)]
             if with_state:
                 if sub._pending:
                     sub.state = sub._pending[-1].snapshot
@@ -788,6 +801,10 @@ class Subscription(Generic[E_co]):
         #: True when the first thing delivered is a ``StreamReset`` (no cursor, or one
         #: that could not be served).
         self.starts_with_reset = False
+        #: With ``with_history=True``: the retained events before the starting point...
+        self.history: list[Event] = []
+        #: ...and the session's state before the oldest of them.
+        self.history_state: Snapshot | None = None
         self._filter: tuple[type[Event], ...] | None = (
             None if not types or Event in types else (*types, StreamReset)
         )

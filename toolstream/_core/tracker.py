@@ -1162,7 +1162,7 @@ class Tracker:
             if self._closed:
                 return
             self._close_calls(list(self._open.values()), "session closed")
-            for run in list(self._runs.values()):
+            for run in reversed(list(self._runs.values())):  # innermost first
                 run._finished = True
                 self._publish(RunFinished, run_id=run.run_id, outcome="cancelled", error=None)
             self._runs.clear()

@@ -1,0 +1,191 @@
+"""Random agent sessions for the interop tests, and how a client would see them."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import toolstream as ts
+from tests.conftest import require
+from toolstream import dialects
+from toolstream._serving import Stream, open_stream
+from toolstream.dialects import Frame
+
+HERE = Path(__file__).parent
+
+OPS = (
+    "run_start",
+    "run_end",
+    "create",
+    "delta",
+    "ready",
+    "queue",
+    "start",
+    "progress",
+    "output",
+    "partial",
+    "complete",
+    "fail",
+    "cancel",
+    "batch_phase",
+    "close",
+    "join",
+)
+Op = tuple[str, int, int]
+
+PIECES = ['{"q": ', '"any', 'io", ', '"n": 3', "}", '"cut off by max_tok']
+
+
+class Session:
+    """Plays ops against a real Tracker on a real EventBus."""
+
+    def __init__(self) -> None:
+        self.bus = ts.EventBus(replay=100_000)
+        self.tracker = ts.Tracker(self.bus, "s1")
+        self.slots: dict[int, ts.CallHandle] = {}
+        self.runs: list[ts.RunScope] = []
+        # Clients that joined mid-session (no cursor: a reset first), one stream per dialect.
+        self.joins: list[dict[str, Stream]] = []
+        self.count = 0
+
+    def play(self, ops: list[Op]) -> None:
+        for kind, slot, arg in ops:
+            self.apply(kind, slot, arg)
+        self.tracker.close()
+
+    def apply(self, kind: str, slot: int, arg: int) -> None:
+        t = self.tracker
+        handle = self.slots.get(slot)
+        if kind == "run_start":
+            self.runs.append(t.run().start())
+        elif kind == "run_end":
+            if self.runs:
+                outcome = ("completed", "failed", "cancelled")[arg % 3]
+                self.runs.pop().finish(outcome, error="boom" if outcome == "failed" else None)  # type: ignore[arg-type]
+        elif kind == "create":
+            run_id = self.runs[-1].run_id if self.runs else None
+            self.slots[slot] = t.create(f"tool_{slot}", run_id=run_id, announce=arg % 3 != 0)
+        elif kind == "batch_phase":
+            self.bus.publish(
+                ts.BatchPhase,
+                session="s1",
+                run_id=self.runs[-1].run_id if self.runs else None,
+                batch_id=f"b{arg}",
+                phase=("queued", "running", "done")[arg % 3],
+                call_ids=tuple(h.call_id for h in self.slots.values()),
+                counts={"running": len(self.slots)},
+            )
+        elif kind == "close":
+            t.close()
+            self.tracker = ts.Tracker(self.bus, "s1")
+            self.slots.clear()
+            self.runs.clear()
+        elif kind == "join":
+            self.joins.append(
+                {
+                    name: open_stream(
+                        self.bus, session="s1", run=None, cursor=None, dialect=dialects.get(name)
+                    )
+                    for name in ("agui", "ai_sdk")
+                }
+            )
+        elif handle is not None:
+            if kind == "delta":
+                handle.args_delta(PIECES[arg % len(PIECES)])
+            elif kind == "ready":
+                handle.ready()
+            elif kind == "queue":
+                handle.queue(batch_id=f"b{arg % 2}", position=arg)
+            elif kind == "start":
+                if arg % 2:
+                    handle.start({"arg": arg})
+                else:
+                    handle.start()
+            elif kind == "progress":
+                handle.progress((arg % 10) / 10, message=f"step {arg}")
+            elif kind == "output":
+                handle.output_delta(f"line {arg}\n")
+            elif kind == "partial":
+                handle.output_partial({"rows": arg})
+            elif kind == "complete":
+                handle.complete({"ok": arg})
+            elif kind == "fail":
+                handle.fail(RuntimeError(f"failure {arg}"))
+            elif kind == "cancel":
+                handle.cancel(f"reason {arg}")
+
+    def events(self) -> list[ts.Event]:
+        return self.bus.subscribe(session="s1", after=f"{self.bus.epoch}-0").take_nowait()
+
+
+def random_ops(rng: random.Random, n: int) -> list[Op]:
+    return [(rng.choice(OPS), rng.randrange(5), rng.randrange(20)) for _ in range(n)]
+
+
+def stream_frames(
+    bus: ts.EventBus, dialect: str, cursor: str | None, *, closing: bool = True
+) -> list[Frame]:
+    """Everything a client reading ``dialect`` from ``cursor`` receives now."""
+    stream = open_stream(bus, session="s1", run=None, cursor=cursor, dialect=dialects.get(dialect))
+    frames = list(stream.initial)
+    for event in stream.subscription.take_nowait():
+        frames += stream.encoder.encode(event)
+    if closing:
+        frames += stream.encoder.close()
+    stream.subscription.close()
+    return frames
+
+
+def drain(stream: Stream) -> list[Frame]:
+    """Everything a stream opened earlier has delivered by now, and its epilogue."""
+    frames = list(stream.initial)
+    for event in stream.subscription.take_nowait():
+        frames += stream.encoder.encode(event)
+    frames += stream.encoder.close()
+    stream.subscription.close()
+    return frames
+
+
+def full_stream(bus: ts.EventBus, dialect: str) -> list[Frame]:
+    """A client that saw the whole session from its first event."""
+    return stream_frames(bus, dialect, f"{bus.epoch}-0")
+
+
+def wire(frames: list[Frame]) -> list[Any]:
+    """The messages as the Node checks take them."""
+    return [f.message.payload if f.message.raw is None else {"$raw": f.message.raw} for f in frames]
+
+
+# -- the peers' own validators (Node) --------------------------------------------------------
+
+
+def node_checks_available() -> tuple[bool, str]:
+    if shutil.which("node") is None:
+        return False, "Node.js is not installed"
+    if (
+        not (HERE / "node_modules" / "ai").is_dir()
+        or not (HERE / "node_modules" / "@ag-ui").is_dir()
+    ):
+        return False, "the interop packages are not installed (cd tests/interop && npm ci)"
+    return True, ""
+
+
+def run_node_checks(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validate streams with the real @ag-ui/client verifier and the ai package."""
+    available, reason = node_checks_available()
+    require(available, reason)
+    done = subprocess.run(
+        ["node", str(HERE / "check.mjs")],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    return results

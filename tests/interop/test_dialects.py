@@ -1,0 +1,307 @@
+"""Every dialect against the peers' own validators, on fixed and generated sessions."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from ag_ui.core import Event as AGUIEvent
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
+import toolstream as ts
+from toolstream import dialects
+from toolstream.dialects import Frame
+
+from .sessions import (
+    OPS,
+    Op,
+    Session,
+    drain,
+    full_stream,
+    random_ops,
+    run_node_checks,
+    stream_frames,
+    wire,
+)
+
+AGUI = TypeAdapter(AGUIEvent)
+
+
+def obj(frame: Frame) -> dict[str, Any]:
+    """A frame's payload, which every built-in dialect makes a JSON object."""
+    payload = frame.message.payload
+    assert isinstance(payload, dict), frame
+    return payload
+
+
+ops_strategy = st.lists(
+    st.tuples(st.sampled_from(OPS), st.integers(0, 4), st.integers(0, 19)), min_size=1, max_size=60
+)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def strict_agui(payload: Any) -> None:
+    """Validate like the AG-UI client: camelCase only, no unknown keys, no nulls."""
+    assert isinstance(payload, dict), payload
+    assert None not in payload.values(), payload
+    model = AGUI.validate_python(payload, by_alias=True, by_name=False)
+    assert not model.model_extra, f"unknown keys {model.model_extra} in {payload}"
+    dumped = json.loads(model.model_dump_json(by_alias=True, exclude_none=True))
+    assert dumped == payload, (dumped, payload)
+
+
+def scenario() -> Session:
+    """A fixed session that touches every mapping."""
+    session = Session()
+    t = session.tracker
+    with t.run(run_id="r1"):
+        c = t.create("web_search", call_id="c1", parent_id="msg_1", title="Search")
+        c.args_delta('{"q": "an')
+        c.args_delta('yio"}')
+        c.ready()
+        c.start()
+        c.progress(0.5, message="half")
+        c.output_delta("line one\n")
+        c.output_partial({"rows": 1})
+        c.complete(["x"])
+        with t.call("shell", {"cmd": "ls"}, call_id="c2") as h:
+            h.fail(RuntimeError("exit 2"))
+        t.create("left_open", call_id="c3")
+        q = t.create("queued_tool", call_id="c4", announce=False)
+        q.queue(batch_id="b1", position=1)
+    loose = t.create("loose", call_id="c5")
+    loose.start({"a": 1})
+    loose.cancel("user")
+    bad = t.create("bad_input", call_id="c6")
+    bad.args_delta('{"text": "cut off')
+    bad.ready()
+    bad.complete()
+    try:
+        with t.run(run_id="r2"):
+            raise ValueError("model blew up")
+    except ValueError:
+        pass
+    session.tracker.close()
+    return session
+
+
+def test_agui_mapping() -> None:
+    frames = full_stream(scenario().bus, "agui")
+    messages = [obj(f) for f in frames]
+    for m in messages:
+        strict_agui(m)
+    kinds = [m["type"] for m in messages if isinstance(m, dict)]
+    assert kinds[:8] == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "CUSTOM",
+        "CUSTOM",
+        "CUSTOM",
+    ]
+    start = messages[1]
+    assert start == {
+        "type": "TOOL_CALL_START",
+        "toolCallId": "c1",
+        "toolCallName": "web_search",
+        "parentMessageId": "msg_1",
+    }
+    failed = [m for m in messages if m.get("name") == "toolstream.tool.failed"]
+    assert failed[0]["value"]["error"] == {"type": "RuntimeError", "message": "exit 2"}
+    results = {m["toolCallId"]: m["content"] for m in messages if m["type"] == "TOOL_CALL_RESULT"}
+    assert results["c1"] == '["x"]'
+    assert results["c2"] == "Error: RuntimeError: exit 2"
+    assert results["c3"] == "Cancelled: run finished"
+    assert results["c5"] == "Cancelled: user"
+    assert messages[-1] == {
+        "type": "RUN_ERROR",
+        "message": "ValueError: model blew up",
+        "code": "ValueError",
+    }
+    implicit = [
+        m for m in messages if m["type"] == "RUN_STARTED" and m["runId"].startswith("implicit-")
+    ]
+    assert len(implicit) == 2, "calls outside runs are framed in implicit runs"
+
+
+def test_ai_sdk_mapping() -> None:
+    frames = full_stream(scenario().bus, "ai_sdk")
+    chunks = [obj(f) for f in frames if f.message.raw is None]
+    assert frames[-1].message.raw == "[DONE]"
+    types = [c["type"] for c in chunks]
+    assert types[:7] == [
+        "start",
+        "start-step",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-delta",
+        "tool-input-available",
+        "data-tool-progress",
+    ]
+    preliminary = [
+        c for c in chunks if c["type"] == "tool-output-available" and c.get("preliminary")
+    ]
+    assert [p["output"] for p in preliminary] == ["line one\n", {"rows": 1}]
+    assert {
+        "type": "tool-input-error",
+        "toolCallId": "c6",
+        "toolName": "bad_input",
+        "input": '{"text": "cut off',
+        "errorText": "the tool input is not valid JSON",
+    } in chunks
+    assert {"type": "error", "errorText": "ValueError: model blew up"} in chunks
+    progress = next(c for c in chunks if c["type"] == "data-tool-progress")
+    assert progress["transient"] is True and progress["data"]["fraction"] == 0.5
+
+
+def test_hermes_mapping() -> None:
+    frames = full_stream(scenario().bus, "hermes")
+    assert {f.message.event for f in frames} == {"hermes.tool.progress"}
+    by_call: dict[str, list[str]] = {}
+    for f in frames:
+        payload = obj(f)
+        by_call.setdefault(payload["toolCallId"], []).append(payload["status"])
+    assert by_call == {
+        "c1": ["running", "completed"],
+        "c2": ["running", "failed"],
+        "c3": ["running", "cancelled"],
+        "c4": ["running", "cancelled"],
+        "c5": ["running", "cancelled"],
+        "c6": ["running", "completed"],
+    }
+    first: dict[str, Any] = {}
+    last: dict[str, Any] = {}
+    for f in frames:
+        payload = obj(f)
+        first.setdefault(payload["toolCallId"], payload)
+        last[payload["toolCallId"]] = payload
+    assert first["c1"]["input"] == {"q": "anyio"} and last["c1"]["output"] == '["x"]'
+    assert last["c2"]["output"] == "RuntimeError: exit 2"
+
+
+def test_native_is_to_dict() -> None:
+    session = scenario()
+    frames = full_stream(session.bus, "native")
+    events = session.events()
+    assert [f.message.payload for f in frames] == [ts.to_dict(e) for e in events]
+    assert [f.message.event for f in frames] == [e.type for e in events]
+
+
+def check_generated(session: Session) -> None:
+    bus = session.bus
+    # AG-UI messages validate strictly with the protocol's own models.
+    for frame in full_stream(bus, "agui"):
+        strict_agui(frame.message.payload)
+    # hermes: per call, one running then one terminal status.
+    statuses: dict[str, list[str]] = {}
+    for frame in full_stream(bus, "hermes"):
+        payload = obj(frame)
+        statuses.setdefault(payload["toolCallId"], []).append(payload["status"])
+    for call_id, seq in statuses.items():
+        assert seq[0] == "running" and len(seq) == 2 and seq[1] != "running", (call_id, seq)
+    # Resume: a client cut after any frame — between the messages of one event
+    # included — and resumed from that frame's id receives exactly the rest.
+    for name in dialects.NAMES:
+        full = stream_frames(bus, name, f"{bus.epoch}-0", closing=False)
+        for k in range(len(full)):
+            rest = stream_frames(bus, name, full[k].id, closing=False)
+            assert rest == full[k + 1 :], f"{name}: resume after frame {k} ({full[k].id})"
+
+
+@SETTINGS
+@given(ops_strategy)
+def test_generated_sessions(ops: list[Op]) -> None:
+    session = Session()
+    session.play(ops)
+    check_generated(session)
+
+
+def test_peers_accept_generated_sessions() -> None:
+    """The real @ag-ui/client verifier and ai's uiMessageChunkSchema + readUIMessageStream
+    accept every stream: whole sessions, and clients that joined mid-session."""
+    rng = random.Random(20261122)
+    cases: list[dict[str, Any]] = []
+    expectations: list[tuple[str, bool]] = []
+    for i in range(120):
+        ops = random_ops(rng, rng.randrange(5, 80))
+        session = Session()
+        session.play(ops)
+        failed_runs = sum(
+            1 for e in session.events() if isinstance(e, ts.RunFinished) and e.outcome == "failed"
+        )
+        for name in ("agui", "ai_sdk"):
+            cases.append(
+                {
+                    "name": f"{i}-{name}",
+                    "dialect": name,
+                    "messages": wire(full_stream(session.bus, name)),
+                }
+            )
+            expectations.append((f"{i}-{name}", failed_runs > 0))
+            # clients that joined mid-session (a reset first), at each "join" op
+            for j, join in enumerate(session.joins):
+                frames = drain(join[name])
+                cases.append(
+                    {"name": f"{i}-{name}-join{j}", "dialect": name, "messages": wire(frames)}
+                )
+    results = run_node_checks(cases)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, bad[:3]
+    for result in results:
+        if not result["name"].endswith("ai_sdk") and "-ai_sdk-" not in result["name"]:
+            continue
+        for message in result["messages"]:
+            for part in message["parts"]:
+                assert part["state"] in ("output-available", "output-error"), (result["name"], part)
+
+
+def test_peers_accept_a_stream_that_starts_with_a_reset() -> None:
+    session = Session()
+    t = session.tracker
+    run = t.run(run_id="r1").start()
+    streaming = t.create("web_search", call_id="a")
+    streaming.args_delta('{"q": "an')
+    running = t.create("shell", call_id="b")
+    running.start({"cmd": "ls"})
+    running.output_delta("partial output\n")
+    t.create("done", call_id="c").complete(1)
+    cases = []
+    for name in ("agui", "ai_sdk"):
+        stream_from_reset = stream_frames(session.bus, name, None, closing=False)
+        # ... and the rest of the run, live
+        streaming.args_delta('yio"}')
+        streaming.ready()
+        streaming.complete(["r"])
+        running.complete("ok")
+        run.finish()
+        cases.append({"name": name, "dialect": name, "messages": wire(stream_from_reset)})
+        session = Session()
+        t = session.tracker
+        run = t.run(run_id="r1").start()
+        streaming = t.create("web_search", call_id="a")
+        streaming.args_delta('{"q": "an')
+        running = t.create("shell", call_id="b")
+        running.start({"cmd": "ls"})
+        running.output_delta("partial output\n")
+        t.create("done", call_id="c").complete(1)
+    results = run_node_checks(cases)
+    assert all(r["ok"] for r in results), results
+
+
+def test_get_and_resolve() -> None:
+    assert isinstance(dialects.get("agui"), dialects.AGUI)
+    assert dialects.get("agui") is not dialects.get("agui"), "fresh per connection"
+    with pytest.raises(ts.DialectError, match="unknown dialect"):
+        dialects.get("klingon")
+    assert dialects.resolve(dialects.AISDK)[0] == "ai_sdk"
+    assert dialects.resolve(lambda: dialects.AGUI(custom_prefix="acme"))[0] == "agui"
+    with pytest.raises(ts.DialectError):
+        dialects.resolve(42)  # type: ignore[arg-type]
+    with pytest.raises(ts.DialectError):
+        dialects.resolve(dict)  # type: ignore[arg-type]
