@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_bus
+from benchmarks import bench_bus, bench_sse
 
 ROOT = Path(__file__).resolve().parent.parent
 START = "<!-- results:start -->"
@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    results = {"machine": machine(), "bus": bench_bus.run(quick=args.quick)}
+    results = {
+        "machine": machine(),
+        "bus": bench_bus.run(quick=args.quick),
+        "sse": bench_sse.run(quick=args.quick),
+    }
     env = results["machine"]
     text = (
         f"Measured {env['date']} on {env['platform']}, {env['cpus']} CPUs, "
@@ -46,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         + (" (quick smoke run: sizes too small to mean anything)." if args.quick else ".")
         + "\n\n"
         + bench_bus.report(results["bus"])
+        + "\n"
+        + bench_sse.report(results["sse"])
     )
     print(text)
     if not args.no_write:

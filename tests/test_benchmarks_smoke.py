@@ -12,3 +12,18 @@ def test_bus_benchmark_runs_and_reports() -> None:
     assert "Item by item" in report and "cost ratio" in report
     for row in results["fanout"]:
         assert row["vs_item"] > 0 and row["vs_drain"] > 0
+
+
+def test_sse_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_sse
+
+    results = bench_sse.run(quick=True)
+    report = bench_sse.report(results)
+    assert set(results) == {
+        "throughput_1_client",
+        "throughput_100_clients",
+        "latency_1_client",
+        "latency_100_clients",
+    }
+    assert "sse-starlette" in report
+    assert results["latency_1_client"]["toolstream_p99_ms"] > 0

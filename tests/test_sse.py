@@ -404,3 +404,22 @@ async def test_uvicorn_exit_with_open_streams_is_prompt(bus: ts.EventBus) -> Non
         assert took < 3, f"uvicorn took {took:.1f} s to exit with an open stream"
     finally:
         served_cm.__exit__(None, None, None)
+
+
+async def test_shared_encodings_never_mix_per_client_resets(
+    bus: ts.EventBus, server: Served
+) -> None:
+    tracker = ts.Tracker(bus, "s1")
+    with tracker.run(run_id="r1"):
+        tracker.create("in_r1", call_id="a").start()
+        whole = await collect(f"{server.url}/?session=s1", 1)
+        run_only = await collect(f"{server.url}/?session=s1&run=r1", 1)
+        tracker.create("elsewhere", call_id="b", run_id="r2").start()
+        again = await collect(f"{server.url}/?session=s1&run=r1", 1)
+
+    def ids(sse: ServerSentEvent) -> list[str]:
+        return [c["call_id"] for c in json.loads(sse.data)["snapshot"]["calls"]]
+
+    assert ids(whole[0]) == ["a"] and ids(run_only[0]) == ["a"] and ids(again[0]) == ["a"]
+    full = await collect(f"{server.url}/?session=s1", 1)
+    assert sorted(ids(full[0])) == ["a", "b"]

@@ -18,6 +18,9 @@ class Native(BaseDialect):
 
     name = "native"
     headers: Mapping[str, str] = {}
+    #: One event always becomes the same messages: transports may share the encoding
+    #: of an event between all their clients.
+    stateless = True
 
     def encode(self, event: Event) -> list[WireMessage]:
         """One message: the event's type and its native dict."""

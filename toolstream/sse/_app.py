@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from toolstream import Bus, DialectError, SlowConsumer, Subscription
+from toolstream import Bus, DialectError, SlowConsumer, StreamReset, Subscription
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -32,6 +32,7 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _PING = b": ping\n\n"
+_SHARED_FRAMES = 4096
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -126,6 +127,9 @@ class SSEApp:
         self.session_from = session_from
         self.buffer = buffer
         self._dialects = Dialects(dialect, dialects)
+        # Encoded frames of stateless dialects, shared by every client of this app: an
+        # event sent to 100 clients is serialized once. Bounded, oldest out first.
+        self._shared: dict[tuple[str, str], bytes] = {}
         # Each open stream's cancel scope, and how to reach its event loop from any thread.
         self._streams: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
         self._closing = False
@@ -267,7 +271,7 @@ class SSEApp:
                 await send({"type": "http.response.body", "body": _PING, "more_body": True})
                 continue
             try:
-                body = b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
+                body = self._encode_batch(encoder, batch)
             except DialectError:
                 logger.exception("a dialect could not encode an event; ending the stream")
                 return
@@ -277,6 +281,29 @@ class SSEApp:
         tail = b"".join(encode_frame(f) for f in encoder.close())
         if tail:
             await send({"type": "http.response.body", "body": tail, "more_body": True})
+
+    def _encode_batch(self, encoder: Encoder, batch: list[Any]) -> bytes:
+        if not getattr(encoder.dialect, "stateless", False):
+            return b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
+        shared = self._shared
+        name = encoder.dialect.name
+        parts = []
+        for event in batch:
+            if isinstance(event, StreamReset):  # per subscription (a run's, a session's)
+                parts.append(b"".join(encode_frame(f) for f in encoder.encode(event)))
+                continue
+            key = (name, event.id)
+            data = shared.get(key)
+            if data is None:
+                data = b"".join(encode_frame(f) for f in encoder.encode(event))
+                if len(shared) >= _SHARED_FRAMES:
+                    for old in list(shared)[: _SHARED_FRAMES // 4]:
+                        del shared[old]
+                shared[key] = data
+            parts.append(data)
+        if batch:
+            encoder.last_id = batch[-1].id
+        return b"".join(parts)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -1,0 +1,202 @@
+"""SSE: toolstream's SSEApp against sse-starlette serving the same events under uvicorn.
+
+- throughput: events/s to 1 client and to 100 clients reading raw bytes;
+- server CPU per delivered event (the server process's user + system time);
+- latency: p50 / p99 from publish (the event's ``ts``) to receipt, at a steady 1,000
+  events/s, to 1 client and to 100.
+
+Each server runs in its own process; rounds alternate toolstream, sse-starlette.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("toolstream", "sse_starlette")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _client(url: str, events: int, latencies: list[float] | None) -> tuple[int, float, float]:
+    """Read raw bytes until ``events`` data lines arrived. Returns the count and when the
+    first and the last of them arrived."""
+    got = 0
+    first = last = 0.0
+    tail = b""
+    async with httpx.AsyncClient(timeout=None) as client, client.stream("GET", url) as response:
+        async for chunk in response.aiter_raw():
+            now = time.perf_counter()
+            data = tail + chunk
+            cut = data.rfind(b"\n")
+            complete, tail = data[: cut + 1], data[cut + 1 :]
+            n = complete.count(b"\ndata: ") + complete.startswith(b"data: ")
+            if n and not first:
+                first = now
+            if latencies is not None:
+                wall = time.time()
+                for line in complete.split(b"\n"):
+                    if line.startswith(b"data: ") and b'"ts":' in line:
+                        ts = float(line.split(b'"ts":', 1)[1].split(b",", 1)[0])
+                        latencies.append(wall - ts)
+            got += n
+            last = now
+            if got >= events:
+                break
+    return got, first, last
+
+
+def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, float]:
+    """Start a server, connect ``clients``, read ``events`` each; measure."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.sse_server",
+            kind,
+            str(port),
+            str(clients),
+            str(events),
+            str(rate),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"{kind} server did not start") from None
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/?session=bench"
+        # The reset (toolstream) or nothing (sse-starlette) comes first, then the events:
+        # count the tracked events only.
+        expected = events + 2  # + tool.created and tool.started of the benchmark call
+        latencies: list[float] = []
+        measure = rate > 0
+        reads: list[tuple[int, float, float]] = []
+        cpu_before = _cpu_seconds(server.pid)
+        # toolstream sends the session's reset first: one more data line to read.
+        wanted = expected + (1 if kind == "toolstream" else 0)
+
+        async def go() -> None:
+            async with anyio.create_task_group() as tg:
+                for _ in range(clients):
+
+                    async def one() -> None:
+                        reads.append(await _client(url, wanted, latencies if measure else None))
+
+                    tg.start_soon(one)
+
+        anyio.run(go)
+        cpu = _cpu_seconds(server.pid) - cpu_before
+        elapsed = max(r[2] for r in reads) - min(r[1] for r in reads)
+        delivered = sum(min(r[0], expected) for r in reads)
+        result = {
+            "events_per_s": delivered / elapsed,
+            "cpu_us_per_event": cpu / delivered * 1e6,
+        }
+        if measure and latencies:
+            latencies.sort()
+            result["p50_ms"] = latencies[len(latencies) // 2] * 1000
+            result["p99_ms"] = latencies[int(len(latencies) * 0.99)] * 1000
+        return result
+    finally:
+        server.kill()
+        server.wait()
+        if server.stderr:
+            server.stderr.close()
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    """Every SSE figure, interleaved rounds, medians."""
+    rounds = 1 if quick else 3
+    scenarios = [
+        ("throughput_1_client", 1, 2_000 if quick else 100_000, 0.0),
+        ("throughput_100_clients", 100 if not quick else 5, 500 if quick else 5_000, 0.0),
+        ("latency_1_client", 1, 200 if quick else 5_000, 1000.0),
+        ("latency_100_clients", 100 if not quick else 5, 200 if quick else 3_000, 1000.0),
+    ]
+    results: dict[str, Any] = {}
+    for name, clients, events, rate in scenarios:
+        samples: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
+        for _ in range(rounds):
+            for kind in KINDS:
+                samples[kind].append(run_once(kind, clients, events, rate))
+        row: dict[str, Any] = {"clients": clients, "events": events, "rate": rate}
+        for kind in KINDS:
+            for key in samples[kind][0]:
+                row[f"{kind}_{key}"] = statistics.median(s[key] for s in samples[kind])
+        row["throughput_ratio"] = row["toolstream_events_per_s"] / row["sse_starlette_events_per_s"]
+        row["cpu_ratio"] = (
+            row["toolstream_cpu_us_per_event"] / row["sse_starlette_cpu_us_per_event"]
+        )
+        results[name] = row
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    """Markdown tables."""
+    lines = [
+        "### SSE: toolstream's SSEApp vs sse-starlette, both under uvicorn",
+        "",
+        "Each server in its own process; the same tracked events (one call's progress),",
+        "native format. Throughput ratio > 1: toolstream faster; CPU ratio < 1: toolstream",
+        "uses less server CPU per delivered event.",
+        "",
+        "| scenario | toolstream ev/s | sse-starlette ev/s | **throughput** "
+        "| toolstream CPU µs/ev | sse-starlette CPU µs/ev | **CPU** |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in results.items():
+        lines.append(
+            f"| {name.replace('_', ' ')} | {row['toolstream_events_per_s']:,.0f} "
+            f"| {row['sse_starlette_events_per_s']:,.0f} | **{row['throughput_ratio']:.2f}×** "
+            f"| {row['toolstream_cpu_us_per_event']:.1f} "
+            f"| {row['sse_starlette_cpu_us_per_event']:.1f} "
+            f"| **{row['cpu_ratio']:.2f}×** |"
+        )
+    lines += [
+        "",
+        "Latency from publish to receipt at a steady 1,000 events/s (ms):",
+        "",
+        "| scenario | toolstream p50 | toolstream p99 | sse-starlette p50 | sse-starlette p99 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in results.items():
+        if "toolstream_p50_ms" in row:
+            lines.append(
+                f"| {name.replace('_', ' ')} | {row['toolstream_p50_ms']:.2f} "
+                f"| {row['toolstream_p99_ms']:.2f} "
+                f"| {row['sse_starlette_p50_ms']:.2f} | {row['sse_starlette_p99_ms']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(report(run()))
