@@ -308,3 +308,14 @@ async def test_a_cancelled_read_loses_nothing() -> None:
             await sub.__anext__()
         got = [e.id for e in sub.take_nowait()]
         assert got == published
+
+
+def test_start_after_says_where_a_subscription_begins() -> None:
+    bus = ts.EventBus()
+    first = progress(bus)
+    live = bus.subscribe(session="s")
+    assert live.start_after == first.id
+    resumed = bus.subscribe(session="s", after=first.id)
+    assert resumed.start_after == first.id
+    fresh = bus.subscribe(session="s", snapshot=True)
+    assert fresh.start_after == bus.position

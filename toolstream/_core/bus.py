@@ -633,6 +633,7 @@ class EventBus:
                 sub._pending = self._resets(log, run)
                 sub.starts_with_reset = True
             assert cursor is not None
+            sub.start_after = after if after is not None and not need_reset else self.position
             sub._cursor = cursor
             sub._replay_end = end
             sub._log = log
@@ -801,6 +802,9 @@ class Subscription(Generic[E_co]):
         #: True when the first thing delivered is a ``StreamReset`` (no cursor, or one
         #: that could not be served).
         self.starts_with_reset = False
+        #: Where the subscription starts: the id of the event just before the first one it
+        #: delivers (resume with ``after=`` it if cut before delivering anything).
+        self.start_after: str | None = None
         #: With ``with_history=True``: the retained events before the starting point...
         self.history: list[Event] = []
         #: ...and the session's state before the oldest of them.

@@ -1,0 +1,299 @@
+"""WebSocketApp under a real uvicorn on 127.0.0.1, with the websockets client."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Origin
+
+import toolstream as ts
+from toolstream.websocket import WebSocketApp
+
+from .servers import Served, serve
+
+
+@pytest.fixture
+def bus() -> Iterator[ts.EventBus]:
+    bus = ts.EventBus()
+    yield bus
+    bus.close()
+
+
+def ws_serve(app: WebSocketApp) -> Any:
+    return serve(app, ws="websockets-sansio")
+
+
+@pytest.fixture
+def server(bus: ts.EventBus) -> Iterator[Served]:
+    with ws_serve(WebSocketApp(bus)) as served:
+        yield served
+
+
+def ws_url(served: Served) -> str:
+    return served.url.replace("http://", "ws://") + "/"
+
+
+def send(ws: ClientConnection, **message: Any) -> None:
+    ws.send(json.dumps(message))
+
+
+def recv(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+    """The next message that is not a keepalive ping."""
+    while True:
+        message: dict[str, Any] = json.loads(ws.recv(timeout=timeout))
+        if message.get("op") != "ping":
+            return message
+
+
+def close_code(ws: ClientConnection) -> int:
+    """Read until the server closes the socket; the close code it sent."""
+    try:
+        while True:
+            ws.recv(timeout=10)
+    except ConnectionClosed as closed:
+        frame = closed.rcvd
+    assert frame is not None, "closed without a close frame"
+    return frame.code
+
+
+def until(ws: ClientConnection, predicate: Any, timeout: float = 5.0) -> list[dict[str, Any]]:
+    out = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = recv(ws, max(0.01, deadline - time.monotonic()))
+        out.append(message)
+        if predicate(message):
+            return out
+
+
+def test_subscribe_reset_then_live(bus: ts.EventBus, server: Served) -> None:
+    tracker = ts.Tracker(bus, "s1")
+    tracker.create("open_call", call_id="a").start()
+    with connect(ws_url(server)) as ws:
+        send(ws, op="subscribe", session="s1")
+        assert recv(ws) == {"op": "subscribed", "session": "s1", "dialect": "native"}
+        reset = recv(ws)
+        assert reset["op"] == "event" and reset["event"] == "stream.reset"
+        assert [c["call_id"] for c in reset["data"]["snapshot"]["calls"]] == ["a"]
+        tracker.create("t", call_id="b").complete({"n": 1})
+        got = until(ws, lambda m: m.get("data", {}).get("type") == "tool.completed")
+        assert [m["data"]["type"] for m in got] == [
+            "tool.created",
+            "tool.started",
+            "tool.completed",
+        ]
+        assert got[-1]["data"]["result"] == {"n": 1}
+        assert isinstance(got[-1]["data"], dict), "the payload is JSON, not a string to parse again"
+
+
+def test_several_sessions_on_one_socket_each_with_its_cursor(
+    bus: ts.EventBus, server: Served
+) -> None:
+    first = ts.Tracker(bus, "one")
+    second = ts.Tracker(bus, "two")
+    first.create("x", call_id="one_a").complete()
+    seen = bus.subscribe(session="one", after=f"{bus.epoch}-0").take_nowait()
+    first.create("x", call_id="one_b").complete()
+    with connect(ws_url(server)) as ws:
+        send(ws, op="subscribe", session="one", after=seen[-1].id)
+        send(ws, op="subscribe", session="two", dialect="hermes")
+        messages = until(ws, lambda m: m.get("op") == "subscribed" and m["session"] == "two")
+        second.create("y", call_id="two_a").complete()
+        messages += until(
+            ws,
+            lambda m: m.get("session") == "two" and m.get("data", {}).get("status") == "completed",
+        )
+    events = [m for m in messages if m["op"] == "event"]
+    one = [m["data"]["call_id"] for m in events if m["session"] == "one"]
+    assert set(one) == {"one_b"}, "resumed after its cursor: only what it missed"
+    two = [m["data"]["status"] for m in events if m["session"] == "two"]
+    assert two == ["running", "completed"]
+
+
+def test_bad_input_gets_a_specific_error_and_the_socket_stays_open(server: Served) -> None:
+    with connect(ws_url(server)) as ws:
+        ws.send("not json")
+        assert recv(ws)["code"] == "bad_json"
+        ws.send("[1, 2]")
+        assert recv(ws)["code"] == "invalid"
+        send(ws, op="dance")
+        assert recv(ws)["code"] == "unknown_op"
+        send(ws, op="subscribe")
+        assert recv(ws) == {"op": "error", "code": "invalid", "message": "missing field 'session'"}
+        send(ws, op="subscribe", session=42)
+        assert recv(ws)["code"] == "invalid"
+        send(ws, op="subscribe", session="s", types=["tool.exploded"])
+        assert recv(ws)["code"] == "invalid"
+        send(ws, op="subscribe", session="s", dialect="klingon")
+        assert recv(ws)["code"] == "invalid"
+        send(ws, op="unsubscribe", session="never")
+        assert recv(ws)["code"] == "not_subscribed"
+        send(ws, op="subscribe", session="s")
+        assert recv(ws)["op"] == "subscribed"
+        send(ws, op="subscribe", session="s")
+        error = until(ws, lambda m: m["op"] == "error")[-1]
+        assert error["code"] == "already_subscribed" and error["session"] == "s"
+        send(ws, op="unsubscribe", session="s")
+        assert until(ws, lambda m: m["op"] == "unsubscribed")[-1] == {
+            "op": "unsubscribed",
+            "session": "s",
+        }
+        send(ws, op="ping", id=1)
+        assert recv(ws) == {"op": "pong", "id": 1}
+
+
+def test_authentication_origin_and_session_isolation(bus: ts.EventBus) -> None:
+    class User:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def can_read(self, session: str) -> bool:
+            return session == self.name
+
+    def authorize(request: ts.RequestInfo) -> User | None:
+        name = request.query.get("token")
+        return User(name) if name in ("alice", "bob") else None
+
+    app = WebSocketApp(bus, authorize=authorize, allowed_origins=["https://app.example"])
+    with ws_serve(app) as served:
+        url = ws_url(served)
+        with connect(url + "?token=alice", origin=Origin("https://evil.example")) as ws:
+            assert close_code(ws) == 4403
+        with connect(url + "?token=mallory", origin=Origin("https://app.example")) as ws:
+            assert close_code(ws) == 4401
+        with connect(url + "?token=bob", origin=Origin("https://app.example")) as ws:
+            send(ws, op="subscribe", session="alice")
+            assert recv(ws)["code"] == "forbidden"
+            send(ws, op="subscribe", session="bob")
+            assert recv(ws)["op"] == "subscribed"
+            recv(ws)  # bob's reset
+            for _ in range(10):
+                ts.Tracker(bus, "alice").create("secret_plans").complete()
+            ts.Tracker(bus, "bob").create("bobs_tool").complete()
+            got = until(ws, lambda m: m.get("data", {}).get("type") == "tool.completed")
+        assert {m["session"] for m in got} == {"bob"}
+        assert all(m["data"]["tool"] == "bobs_tool" for m in got)
+
+
+def test_oversized_messages_close_1009(bus: ts.EventBus) -> None:
+    with (
+        ws_serve(WebSocketApp(bus, max_message_bytes=1024)) as served,
+        connect(ws_url(served)) as ws,
+    ):
+        ws.send(json.dumps({"op": "ping", "pad": "x" * 2000}))
+        assert close_code(ws) == 1009
+
+
+def test_a_silent_peer_is_detected_and_released(bus: ts.EventBus) -> None:
+    with ws_serve(WebSocketApp(bus, ping_interval=0.2)) as served:
+        with connect(ws_url(served)) as ws:
+            send(ws, op="subscribe", session="s1")
+            assert recv(ws)["op"] == "subscribed"
+            assert bus.subscriber_count("s1") == 1
+            time.sleep(1.0)  # answer no ping
+            assert close_code(ws) == 1011
+        deadline = time.monotonic() + 5
+        while bus.subscriber_count("s1") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bus.subscriber_count("s1") == 0
+
+
+def test_a_peer_answering_pings_stays(bus: ts.EventBus) -> None:
+    with ws_serve(WebSocketApp(bus, ping_interval=0.2)) as served, connect(ws_url(served)) as ws:
+        deadline = time.monotonic() + 1.0
+        pings = 0
+        while time.monotonic() < deadline:
+            message = json.loads(ws.recv(timeout=1))
+            if message["op"] == "ping":
+                pings += 1
+                send(ws, op="pong")
+        send(ws, op="ping", id="still-there")
+        assert until(ws, lambda m: m["op"] == "pong")[-1]["id"] == "still-there"
+        assert pings >= 3
+
+
+def test_a_slow_client_is_cut_with_4408_and_resumes(bus: ts.EventBus) -> None:
+    bus = ts.EventBus(replay=10_000, replay_bytes=64 * 2**20)
+    with ws_serve(WebSocketApp(bus, buffer=16)) as served:
+        tracker = ts.Tracker(bus, "s1")
+        ids: list[str] = []
+        with connect(ws_url(served), max_size=None) as ws:
+            send(ws, op="subscribe", session="s1")
+            assert recv(ws)["op"] == "subscribed"
+            recv(ws)  # the reset
+            for i in range(300):
+                tracker.create("t").complete({"i": i, "blob": "x" * 20_000})
+            time.sleep(1.0)  # not reading: the server's sends block, the backlog grows
+            code = None
+            try:
+                while True:
+                    message = recv(ws)
+                    if message["op"] == "event":
+                        ids.append(message["id"])
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd else None
+            assert code == 4408
+        assert len(ids) < 900, "the server cut the slow client"
+        with connect(ws_url(served), max_size=None) as ws:
+            send(ws, op="subscribe", session="s1", after=ids[-1])
+            rest = until(
+                ws,
+                lambda m: (
+                    m.get("data", {}).get("type") == "tool.completed"
+                    and m["data"]["result"]["i"] == 299
+                ),
+                timeout=20,
+            )
+        ids += [m["id"] for m in rest if m["op"] == "event"]
+        assert len(ids) == len(set(ids)) == 900, "every event exactly once across the cut"
+    bus.close()
+
+
+def test_run_subscription_ends_after_its_run(bus: ts.EventBus, server: Served) -> None:
+    tracker = ts.Tracker(bus, "s1")
+    with connect(ws_url(server)) as ws:
+        send(ws, op="subscribe", session="s1", run="turn-1", dialect="ai_sdk")
+        assert recv(ws)["op"] == "subscribed"
+        with tracker.run(run_id="turn-1"), tracker.call("t", {"x": 1}) as call:
+            call.complete("ok")
+        got = until(ws, lambda m: m["op"] == "unsubscribed")
+        assert got[-1] == {"op": "unsubscribed", "session": "s1", "reason": "ended"}
+        chunks = [m for m in got if m["op"] == "event"]
+        assert chunks[-1]["raw"] == "[DONE]"
+        assert [c["data"]["type"] for c in chunks[:-1]][-2:] == ["finish-step", "finish"]
+
+
+def test_types_filter(bus: ts.EventBus, server: Served) -> None:
+    with connect(ws_url(server)) as ws:
+        send(ws, op="subscribe", session="s1", types=["tool.completed"])
+        assert recv(ws)["op"] == "subscribed"
+        assert recv(ws)["event"] == "stream.reset"
+        ts.Tracker(bus, "s1").create("t").complete()
+        assert recv(ws)["event"] == "tool.completed"
+
+
+def test_disconnect_releases_every_subscription(bus: ts.EventBus, server: Served) -> None:
+    with connect(ws_url(server)) as ws:
+        for session in ("a", "b", "c"):
+            send(ws, op="subscribe", session=session)
+        until(ws, lambda m: m["op"] == "subscribed" and m["session"] == "c")
+        assert bus.subscriber_count() == 3
+    deadline = time.monotonic() + 5
+    while bus.subscriber_count() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bus.subscriber_count() == 0
+
+
+def test_shutdown_closes_sockets_1001(bus: ts.EventBus) -> None:
+    app = WebSocketApp(bus)
+    with ws_serve(app) as served, connect(ws_url(served)) as ws:
+        send(ws, op="subscribe", session="s1")
+        recv(ws)
+        app.shutdown()
+        assert close_code(ws) == 1001

@@ -1,0 +1,13 @@
+"""WebSocket: :class:`WebSocketApp`, several sessions' tool lifecycles over one socket.
+
+::
+
+    from toolstream.websocket import WebSocketApp
+    app = WebSocketApp(bus)          # ws://host/  then  {"op": "subscribe", "session": "s1"}
+"""
+
+from __future__ import annotations
+
+from ._app import CLOSE_CODES, WebSocketApp
+
+__all__ = ["CLOSE_CODES", "WebSocketApp"]

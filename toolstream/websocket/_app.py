@@ -1,0 +1,366 @@
+"""WebSocketApp: several sessions' tool lifecycles over one WebSocket."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+import anyio
+
+from toolstream import EVENT_TYPES, Bus, DialectError, Event, SlowConsumer, StreamReset
+from toolstream._serving import (
+    Authorize,
+    Dialects,
+    Stream,
+    authenticate,
+    loop_caller,
+    may_read,
+    open_stream,
+    request_info,
+    watch_server_exit,
+)
+from toolstream.dialects import DialectSpec, Frame
+
+logger = logging.getLogger("toolstream.websocket")
+
+__all__ = ["CLOSE_CODES", "WebSocketApp"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+#: Close codes and what they mean.
+CLOSE_CODES: dict[int, str] = {
+    1000: "normal closure",
+    1001: "the server is going away",
+    1009: "message too big",
+    1011: "the peer stopped answering pings",
+    4401: "unauthenticated",
+    4403: "forbidden origin",
+    4408: "too slow: reconnect and resume each session with after=<last id>",
+}
+
+_TYPES = {cls.type: cls for cls in EVENT_TYPES if cls is not StreamReset}
+
+
+class _ClientError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = False) -> Any:
+    value = message.get(name)
+    if value is None:
+        if required:
+            raise _ClientError("invalid", f"missing field {name!r}")
+        return None
+    if not isinstance(value, kind) or (kind is str and not value):
+        raise _ClientError("invalid", f"field {name!r} must be a non-empty {kind.__name__}")
+    return value
+
+
+class WebSocketApp:
+    """An ASGI 3 WebSocket app: clients subscribe to sessions and receive their events.
+
+    Client → server (JSON objects): ``{"op": "subscribe", "session", "after"?, "run"?,
+    "types"?, "dialect"?}``, ``{"op": "unsubscribe", "session"}``, ``{"op": "ping"}``
+    (and ``{"op": "pong"}`` in answer to the server's pings).
+
+    Server → client: ``subscribed`` (once the subscription is active), ``event``
+    (``session``, ``id``, ``data``: the dialect's payload, and ``event``/``raw`` when the
+    dialect has them), ``unsubscribed``, ``error`` (``code``, ``message``), ``pong``,
+    ``ping``. A subscribe without ``after`` starts with the session's reset; with
+    ``after`` (any frame id) it resumes exactly.
+
+    Bad messages get an ``error`` and the socket stays open. Unauthenticated: close
+    4401; an origin not in ``allowed_origins``: close 4403; a session the principal may
+    not read: an ``error`` with code ``forbidden``; a message over
+    ``max_message_bytes``: close 1009; a client too slow to keep up: close 4408 (it
+    resumes with ``after``). The server pings every ``ping_interval`` seconds and closes
+    (1011) a peer silent for two intervals, releasing its subscriptions.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        dialect: DialectSpec = "native",
+        authorize: Authorize | None = None,
+        allowed_origins: Iterable[str] | None = None,
+        max_message_bytes: int = 65536,
+        ping_interval: float = 20.0,
+        dialects: Iterable[DialectSpec] | None = None,
+        buffer: int = 1024,
+        max_subscriptions: int = 64,
+    ) -> None:
+        if max_message_bytes < 64:
+            raise ValueError("max_message_bytes must be at least 64")
+        if not ping_interval > 0:
+            raise ValueError("ping_interval must be positive seconds")
+        self.bus = bus
+        self.authorize = authorize
+        self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
+        self.max_message_bytes = max_message_bytes
+        self.ping_interval = ping_interval
+        self.buffer = buffer
+        self.max_subscriptions = max_subscriptions
+        self._dialects = Dialects(dialect, dialects)
+        self._sockets: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
+        self._closing = False
+
+    @property
+    def open_sockets(self) -> int:
+        """How many sockets are connected now."""
+        return len(self._sockets)
+
+    def shutdown(self) -> None:
+        """Close every socket (1001) and refuse new ones. Safe from any thread."""
+        self._closing = True
+        for scope, call in list(self._sockets.items()):
+            call(scope.cancel)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    self.shutdown()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] == "http":
+            body = b'{"error": "this endpoint speaks WebSocket"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 426,
+                    "headers": [(b"content-type", b"application/json"), (b"upgrade", b"websocket")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["type"] != "websocket":
+            raise ValueError(f"WebSocketApp serves WebSockets, not {scope['type']!r}")
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        request = request_info(scope)
+        if self._closing:
+            await send({"type": "websocket.close", "code": 1001})
+            return
+        origin = request.headers.get("origin")
+        if self.allowed_origins is not None and origin not in self.allowed_origins:
+            await self._refuse(send, 4403)
+            return
+        principal = await authenticate(self.authorize, request)
+        if principal is None:
+            await self._refuse(send, 4401)
+            return
+        await send({"type": "websocket.accept"})
+        await _Connection(self, principal, receive, send).run()
+
+    async def _refuse(self, send: Send, code: int) -> None:
+        # Accept, then close with the code: browsers see why (a refused handshake is
+        # only "1006" to them).
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": code, "reason": CLOSE_CODES[code]})
+
+
+class _Connection:
+    """One socket: its subscriptions, its reader, its keepalive."""
+
+    def __init__(self, app: WebSocketApp, principal: Any, receive: Receive, send: Send) -> None:
+        self.app = app
+        self.principal = principal
+        self.receive = receive
+        self._send = send
+        self.lock = anyio.Lock()
+        self.subs: dict[str, anyio.CancelScope] = {}
+        self.last_heard = time.monotonic()
+        self.close_code: int | None = None
+        self.disconnected = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        async with self.lock:
+            await self._send({"type": "websocket.send", "text": text})
+
+    async def send_text(self, text: str) -> None:
+        async with self.lock:
+            await self._send({"type": "websocket.send", "text": text})
+
+    async def error(self, code: str, message: str, **extra: Any) -> None:
+        await self.send({"op": "error", "code": code, "message": message, **extra})
+
+    def close(self, code: int) -> None:
+        if self.close_code is None:
+            self.close_code = code
+        self.scope.cancel()
+
+    async def run(self) -> None:
+        app = self.app
+        try:
+            with anyio.CancelScope() as self.scope:
+                app._sockets[self.scope] = loop_caller()
+                try:
+                    async with anyio.create_task_group() as self.tg:
+                        self.tg.start_soon(self.keepalive)
+                        self.tg.start_soon(watch_server_exit, self.scope)
+                        await self.read()
+                        self.tg.cancel_scope.cancel()
+                finally:
+                    app._sockets.pop(self.scope, None)
+        finally:
+            code = (
+                self.close_code if self.close_code is not None else (1001 if app._closing else 1000)
+            )
+            if not self.disconnected:
+                try:
+                    await self._send(
+                        {
+                            "type": "websocket.close",
+                            "code": code,
+                            "reason": CLOSE_CODES.get(code, ""),
+                        }
+                    )
+                except OSError:
+                    pass
+
+    async def keepalive(self) -> None:
+        interval = self.app.ping_interval
+        while True:
+            await anyio.sleep(interval)
+            if time.monotonic() - self.last_heard > 2 * interval:
+                logger.info("closing a WebSocket whose peer stopped answering pings")
+                self.close(1011)
+                return
+            await self.send({"op": "ping", "ts": time.time()})
+
+    async def read(self) -> None:
+        while True:
+            message = await self.receive()
+            kind = message["type"]
+            if kind == "websocket.disconnect":
+                self.disconnected = True
+                return
+            if kind != "websocket.receive":
+                continue
+            self.last_heard = time.monotonic()
+            text = message.get("text")
+            data = message.get("bytes")
+            size = len(text.encode()) if text is not None else len(data or b"")
+            if size > self.app.max_message_bytes:
+                self.close(1009)
+                return
+            try:
+                payload = json.loads(text if text is not None else (data or b"").decode())
+            except (ValueError, UnicodeDecodeError):
+                await self.error("bad_json", "messages are JSON objects")
+                continue
+            try:
+                await self.dispatch(payload)
+            except _ClientError as exc:
+                session = payload.get("session") if isinstance(payload, dict) else None
+                extra = {"session": session} if isinstance(session, str) else {}
+                await self.error(exc.code, str(exc), **extra)
+
+    async def dispatch(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            raise _ClientError("invalid", "messages are JSON objects")
+        op = message.get("op")
+        if op == "ping":
+            await self.send({"op": "pong", **({"id": message["id"]} if "id" in message else {})})
+        elif op == "pong":
+            pass
+        elif op == "subscribe":
+            await self.subscribe(message)
+        elif op == "unsubscribe":
+            session = _field(message, "session", str, required=True)
+            scope = self.subs.pop(session, None)
+            if scope is None:
+                raise _ClientError("not_subscribed", f"not subscribed to session {session!r}")
+            scope.cancel()
+            await self.send({"op": "unsubscribed", "session": session})
+        else:
+            raise _ClientError("unknown_op", f"unknown op {op!r}: subscribe, unsubscribe or ping")
+
+    async def subscribe(self, message: dict[str, Any]) -> None:
+        session = _field(message, "session", str, required=True)
+        after = _field(message, "after", str)
+        run = _field(message, "run", str)
+        names = _field(message, "types", list)
+        dialect_name = _field(message, "dialect", str)
+        types: tuple[type[Event], ...] = ()
+        if names is not None:
+            unknown = [n for n in names if not isinstance(n, str) or n not in _TYPES]
+            if unknown:
+                raise _ClientError("invalid", f"unknown event types {unknown!r}")
+            types = tuple(_TYPES[n] for n in names)
+        if session in self.subs:
+            raise _ClientError("already_subscribed", f"already subscribed to session {session!r}")
+        if len(self.subs) >= self.app.max_subscriptions:
+            raise _ClientError(
+                "too_many", f"at most {self.app.max_subscriptions} subscriptions per socket"
+            )
+        chosen = self.app._dialects.get(dialect_name)
+        if chosen is None:
+            raise _ClientError("invalid", f"unknown dialect {dialect_name!r}")
+        if not await may_read(self.principal, session):
+            raise _ClientError("forbidden", f"not allowed to read session {session!r}")
+        try:
+            stream = open_stream(
+                self.app.bus,
+                session=session,
+                run=run,
+                cursor=after,
+                dialect=chosen[1](),
+                buffer=self.app.buffer,
+                types=types,
+            )
+        except (ValueError, DialectError) as exc:
+            raise _ClientError("invalid", str(exc)) from None
+        scope = anyio.CancelScope()
+        self.subs[session] = scope
+        await self.send({"op": "subscribed", "session": session, "dialect": chosen[0]})
+        self.tg.start_soon(self.pump, session, stream, scope)
+
+    async def pump(self, session: str, stream: Stream, scope: anyio.CancelScope) -> None:
+        sub = stream.subscription
+        encoder = stream.encoder
+        prefix = '{"op":"event","session":' + json.dumps(session) + ","
+        try:
+            with scope:
+                for frame in stream.initial:
+                    await self.send_text(prefix + _frame_body(frame))
+                async for batch in sub.batches():
+                    for event in batch:
+                        for frame in encoder.encode(event):
+                            await self.send_text(prefix + _frame_body(frame))
+                for frame in encoder.close():
+                    await self.send_text(prefix + _frame_body(frame))
+                if self.subs.get(session) is scope:
+                    del self.subs[session]
+                    await self.send({"op": "unsubscribed", "session": session, "reason": "ended"})
+        except SlowConsumer:
+            self.close(4408)
+        except DialectError as exc:
+            logger.exception("a dialect could not encode an event")
+            await self.error("internal", f"could not encode an event: {exc}", session=session)
+        finally:
+            sub.close()
+
+
+def _frame_body(frame: Frame) -> str:
+    message = frame.message
+    parts = [f'"id":{json.dumps(frame.id)}']
+    if message.event is not None:
+        parts.append(f'"event":{json.dumps(message.event)}')
+    if message.raw is not None:
+        parts.append(f'"raw":{json.dumps(message.raw)}')
+    parts.append('"data":' + json.dumps(message.payload, ensure_ascii=False, separators=(",", ":")))
+    return ",".join(parts) + "}"
