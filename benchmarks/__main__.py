@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_bus, bench_sse
+from benchmarks import bench_bus, bench_sse, bench_ws
 
 ROOT = Path(__file__).resolve().parent.parent
 START = "<!-- results:start -->"
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "bus": bench_bus.run(quick=args.quick),
         "sse": bench_sse.run(quick=args.quick),
+        "websocket": bench_ws.run(quick=args.quick),
     }
     env = results["machine"]
     text = (
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         + bench_bus.report(results["bus"])
         + "\n"
         + bench_sse.report(results["sse"])
+        + "\n"
+        + bench_ws.report(results["websocket"])
     )
     print(text)
     if not args.no_write:

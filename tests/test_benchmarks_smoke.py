@@ -27,3 +27,11 @@ def test_sse_benchmark_runs_and_reports() -> None:
     }
     assert "sse-starlette" in report
     assert results["latency_1_client"]["toolstream_p99_ms"] > 0
+
+
+def test_websocket_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_ws
+
+    results = bench_ws.run(quick=True)
+    assert set(results) == {"1 client", "100 clients"}
+    assert "broadcast" in bench_ws.report(results)

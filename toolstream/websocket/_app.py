@@ -44,6 +44,7 @@ CLOSE_CODES: dict[int, str] = {
 }
 
 _TYPES = {cls.type: cls for cls in EVENT_TYPES if cls is not StreamReset}
+_SHARED_MESSAGES = 4096
 
 
 class _ClientError(Exception):
@@ -110,6 +111,9 @@ class WebSocketApp:
         self.max_subscriptions = max_subscriptions
         self._dialects = Dialects(dialect, dialects)
         self._sockets: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
+        # Messages of stateless dialects, shared by every socket: an event sent to 100
+        # sockets is serialized once. Bounded, oldest out first.
+        self._shared: dict[tuple[str, str, str], list[str]] = {}
         self._closing = False
 
     @property
@@ -337,10 +341,22 @@ class _Connection:
             with scope:
                 for frame in stream.initial:
                     await self.send_text(prefix + _frame_body(frame))
+                shared = self.app._shared if getattr(encoder.dialect, "stateless", False) else None
                 async for batch in sub.batches():
                     for event in batch:
-                        for frame in encoder.encode(event):
-                            await self.send_text(prefix + _frame_body(frame))
+                        texts = None
+                        key = (encoder.dialect.name, session, event.id)
+                        if shared is not None and not isinstance(event, StreamReset):
+                            texts = shared.get(key)
+                        if texts is None:
+                            texts = [prefix + _frame_body(f) for f in encoder.encode(event)]
+                            if shared is not None and not isinstance(event, StreamReset):
+                                if len(shared) >= _SHARED_MESSAGES:
+                                    for old in list(shared)[: _SHARED_MESSAGES // 4]:
+                                        del shared[old]
+                                shared[key] = texts
+                        for text in texts:
+                            await self.send_text(text)
                 for frame in encoder.close():
                     await self.send_text(prefix + _frame_body(frame))
                 if self.subs.get(session) is scope:

@@ -1,0 +1,119 @@
+"""WebSocket: toolstream's WebSocketApp against the websockets library's ``broadcast()``
+of the same events, to 1 and to 100 clients (events/s received, server CPU per event).
+Each server in its own process; rounds alternate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.bench_sse import ROOT, _cpu_seconds, _free_port
+
+KINDS = ("toolstream", "broadcast")
+
+
+async def _client(url: str, events: int) -> tuple[int, float, float]:
+    from websockets.asyncio.client import connect
+
+    got = 0
+    first = last = 0.0
+    async with connect(url, max_size=None, ping_interval=None) as ws:
+        await ws.send(json.dumps({"op": "subscribe", "session": "bench"}))
+        async for message in ws:
+            if '"tool.progress"' in message:
+                now = time.perf_counter()
+                if not got:
+                    first = now
+                got += 1
+                last = now
+                if got >= events:
+                    break
+    return got, first, last
+
+
+def run_once(kind: str, clients: int, events: int) -> dict[str, float]:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.ws_server", kind, str(port), str(clients), str(events)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import socket
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"{kind} server did not start") from None
+                time.sleep(0.05)
+        cpu_before = _cpu_seconds(server.pid)
+
+        async def go() -> list[tuple[int, float, float]]:
+            return await asyncio.gather(
+                *(_client(f"ws://127.0.0.1:{port}/", events) for _ in range(clients))
+            )
+
+        reads = asyncio.run(go())
+        cpu = _cpu_seconds(server.pid) - cpu_before
+        elapsed = max(r[2] for r in reads) - min(r[1] for r in reads)
+        delivered = sum(r[0] for r in reads)
+        return {"events_per_s": delivered / elapsed, "cpu_us_per_event": cpu / delivered * 1e6}
+    finally:
+        server.kill()
+        server.wait()
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    rounds = 1 if quick else 3
+    results: dict[str, Any] = {}
+    for name, clients, events in (
+        ("1 client", 1, 2_000 if quick else 50_000),
+        ("100 clients", 5 if quick else 100, 300 if quick else 3_000),
+    ):
+        samples: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
+        for _ in range(rounds):
+            for kind in KINDS:
+                samples[kind].append(run_once(kind, clients, events))
+        row: dict[str, Any] = {"clients": clients, "events": events}
+        for kind in KINDS:
+            for key in samples[kind][0]:
+                row[f"{kind}_{key}"] = statistics.median(s[key] for s in samples[kind])
+        row["throughput_ratio"] = row["toolstream_events_per_s"] / row["broadcast_events_per_s"]
+        row["cpu_ratio"] = row["toolstream_cpu_us_per_event"] / row["broadcast_cpu_us_per_event"]
+        results[name] = row
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        "### WebSocket: toolstream's WebSocketApp vs `websockets.broadcast()`",
+        "",
+        "The same tracked events; the peer is a websockets server that serializes each event",
+        "once and broadcasts it (the hand-rolled design). toolstream runs under uvicorn.",
+        "",
+        "| scenario | toolstream ev/s | broadcast ev/s | **throughput** | toolstream CPU µs/ev "
+        "| broadcast CPU µs/ev | **CPU** |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in results.items():
+        lines.append(
+            f"| {name} | {row['toolstream_events_per_s']:,.0f} "
+            f"| {row['broadcast_events_per_s']:,.0f} "
+            f"| **{row['throughput_ratio']:.2f}×** | {row['toolstream_cpu_us_per_event']:.1f} "
+            f"| {row['broadcast_cpu_us_per_event']:.1f} | **{row['cpu_ratio']:.2f}×** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(report(run()))
