@@ -1,0 +1,144 @@
+"""What every provider ingest shares: chunk normalization, pending calls, finishing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import toolstream as ts
+
+logger = logging.getLogger("toolstream.providers")
+
+__all__ = ["Ingest"]
+
+
+def as_mapping(chunk: object, what: str) -> Mapping[str, Any]:
+    """A chunk as a mapping: plain dicts as they are, SDK objects (pydantic models,
+    duck-typed) through ``model_dump``."""
+    if isinstance(chunk, Mapping):
+        return chunk
+    dump = getattr(chunk, "model_dump", None)
+    if callable(dump):
+        try:
+            data = dump()
+        except Exception as exc:  # pragma: no cover - a broken SDK object
+            raise ts.ProviderStreamError(f"{what}: cannot read the SDK object ({exc})") from None
+        if isinstance(data, Mapping):
+            return data
+    if isinstance(chunk, (str, bytes)):
+        text = chunk.decode() if isinstance(chunk, bytes) else chunk
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ts.ProviderStreamError(f"{what}: not JSON: {text[:60]!r}") from None
+        if isinstance(data, Mapping):
+            return data
+    raise ts.ProviderStreamError(f"{what}: expected an object, got {type(chunk).__name__}")
+
+
+def field(
+    data: Mapping[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    where: str,
+    *,
+    required: bool = True,
+) -> Any:
+    """``data[name]`` checked against ``kind``; None (absent) allowed unless required."""
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise ts.ProviderStreamError(f"{where}: missing field {name!r}")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ts.ProviderStreamError(
+            f"{where}: field {name!r} should be {expected}, got {type(value).__name__}"
+        )
+    return value
+
+
+class Ingest:
+    """Turns one model turn's stream into tracker calls. Subclasses parse chunks.
+
+    ``feed(chunk)`` one chunk (or event) at a time; ``finish(error=None)`` returns the
+    calls whose input is complete. Used as a context manager, leaving it with an
+    exception fails every call not yet ready, exactly once.
+    """
+
+    def __init__(self, tracker: ts.Tracker, on_text: Callable[[str], object] | None = None) -> None:
+        self.tracker = tracker
+        self.on_text = on_text
+        #: Every call announced in this stream, in order.
+        self.calls: list[ts.CallHandle] = []
+        self._finished = False
+        self._failed: BaseException | str | None = None
+
+    # -- for subclasses --------------------------------------------------------------
+
+    def _announce(
+        self, tool: str, call_id: str | None, *, parent_id: str | None = None
+    ) -> ts.CallHandle:
+        handle = self.tracker.create(tool, call_id=call_id, parent_id=parent_id)
+        self.calls.append(handle)
+        return handle
+
+    def _text(self, text: object) -> None:
+        if self.on_text is not None and isinstance(text, str) and text:
+            self.on_text(text)
+
+    @staticmethod
+    def _complete_input(handle: ts.CallHandle) -> None:
+        """The call's input is complete: ``tool.ready`` (invalid JSON stays flagged)."""
+        if handle.state is ts.CallState.CREATED:
+            handle.ready()
+
+    def _fail_pending(self, error: BaseException | str) -> None:
+        """An error: every call not yet ready fails, exactly once."""
+        self._failed = error
+        for handle in self.calls:
+            if handle.state is ts.CallState.CREATED:
+                handle.fail(error)
+
+    def _close_open_inputs(self) -> None:
+        """The stream ended: whatever input is still open is all there is."""
+        for handle in self.calls:
+            self._complete_input(handle)
+
+    # -- public ------------------------------------------------------------------------
+
+    def feed(self, chunk: object) -> None:  # pragma: no cover - abstract
+        """Take one chunk (a dict of parsed SSE data, or an SDK object)."""
+        raise NotImplementedError
+
+    def finish(self, error: BaseException | str | None = None) -> list[ts.CallHandle]:
+        """End of the stream. With ``error`` (or after a provider failure event), every
+        call not yet ready fails, exactly once. Returns the calls that are ready, in
+        order, for the agent loop to run (``async with tracker.call(h.tool, h.args,
+        call_id=h.call_id)`` adopts each)."""
+        if not self._finished:
+            self._finished = True
+            if error is not None:
+                self._fail_pending(error)
+            elif self._failed is None:
+                self._close_open_inputs()
+        return [h for h in self.calls if not h.done]
+
+    def __enter__(self) -> Ingest:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            if not self._finished:
+                self._finished = True
+                self._fail_pending(exc)
+        else:
+            self.finish()
