@@ -1,4 +1,4 @@
-"""The ``toolstream`` command: ``toolstream demo`` (the main job)."""
+"""The ``toolstream`` command: ``toolstream demo`` (the main job) and ``toolstream tail``."""
 
 from __future__ import annotations
 
@@ -17,17 +17,36 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
-        help="run a simulated agent and watch its tool calls live",
-        description="A simulated agent drives a Tracker; a live view shows every call.",
+        help="a live gateway and web page of tool cards, fed by a simulated agent",
+        description="Serves a page of live tool cards (SSE at /events, WebSocket at /ws) "
+        "while a simulated agent keeps making realistic tool calls on session 'demo'.",
     )
     demo.add_argument(
-        "--turns", type=int, default=None, help="stop after N turns (default: run until Ctrl-C)"
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    demo.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    demo.add_argument(
+        "--turns", type=int, default=None, help="stop after N turns (default: until Ctrl-C)"
     )
     demo.add_argument("--speed", type=float, default=1.0, help="time factor (2 = twice as fast)")
     demo.add_argument(
-        "--plain",
+        "--terminal",
         action="store_true",
-        help="print one line per event instead of the live table (for logs and pipes)",
+        help="no server: watch the calls in this terminal instead",
+    )
+    demo.add_argument("--plain", action="store_true", help="with --terminal: one line per event")
+    tail = commands.add_parser(
+        "tail",
+        help="follow a toolstream endpoint in the terminal",
+        description="Follows an SSE endpoint (http://...) or a WebSocket endpoint (ws://...) "
+        "and shows its calls live; reconnects with Last-Event-ID.",
+    )
+    tail.add_argument("url", help="e.g. http://127.0.0.1:8765/events or ws://127.0.0.1:8765/ws")
+    tail.add_argument("--session", default="demo", help="the session to follow (default demo)")
+    tail.add_argument("--dialect", default="native", help="wire dialect (default native)")
+    tail.add_argument("--json", action="store_true", help="print one event per line, for scripts")
+    tail.add_argument(
+        "--header", action="append", default=[], metavar="NAME:VALUE", help="an HTTP header"
     )
     return parser
 
@@ -42,7 +61,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.speed > 0:
             print("toolstream demo: --speed must be positive", file=sys.stderr)
             return 2
-        from .demo import run_demo
+        if args.terminal:
+            from .demo import run_demo
 
-        return run_demo(turns=args.turns, speed=args.speed, plain=args.plain)
+            return run_demo(turns=args.turns, speed=args.speed, plain=args.plain)
+        from .web import run_web_demo
+
+        return run_web_demo(host=args.host, port=args.port, turns=args.turns, speed=args.speed)
+    if args.command == "tail":
+        from .tail import run_tail
+
+        headers = {}
+        for item in args.header:
+            name, sep, value = item.partition(":")
+            if not sep:
+                print(f"toolstream tail: --header {item!r} is not NAME:VALUE", file=sys.stderr)
+                return 2
+            headers[name.strip()] = value.strip()
+        return run_tail(
+            args.url, session=args.session, dialect=args.dialect, as_json=args.json, headers=headers
+        )
     return 2  # pragma: no cover - argparse rejects unknown commands

@@ -8,7 +8,7 @@ import sys
 import anyio
 
 from toolstream import EventBus, LiveView, Tracker, to_dict
-from toolstream.demo_agent import run_agent
+from toolstream.demo.agent import run_agent
 
 __all__ = ["run_demo"]
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 
-from ._core.tracker import Tracker
+from toolstream import Tracker
+from toolstream.providers import OpenAIChatIngest
 
 __all__ = ["DEMO_SECRET", "run_agent", "run_turn"]
 
@@ -39,6 +40,45 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+def _openai_stream(tool: str, args: dict[str, Any], turn: int) -> list[dict[str, Any]]:
+    """What ``client.chat.completions.create(..., stream=True)`` yields for one call."""
+    env = {
+        "id": f"chatcmpl-demo{turn}",
+        "object": "chat.completion.chunk",
+        "created": 1732000000 + turn,
+        "model": "gpt-4o-2024-08-06",
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            **env,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    call_id = f"call_demo{turn}{random.randrange(16**8):08x}"
+    chunks = [
+        chunk({"role": "assistant", "content": "Let me look that up."}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": tool, "arguments": ""},
+                    }
+                ]
+            }
+        ),
+    ]
+    chunks += [
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": token}}]})
+        for token in _tokens(json.dumps(args))
+    ]
+    chunks.append(chunk({}, "tool_calls"))
+    return chunks
+
+
 async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
     """One agent turn (a run) with every kind of call."""
 
@@ -46,18 +86,20 @@ async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
         await anyio.sleep(seconds / speed)
 
     async with tracker.run(title=f"Turn {turn}: research structured concurrency"):
-        # 1. Input streamed token by token, the card appearing at the first token.
-        query = {"query": "anyio vs trio structured concurrency", "limit": 5}
-        call = tracker.create("web_search", title="Search the web")
-        for token in _tokens(json.dumps(query)):
-            call.args_delta(token)
+        # 1. A model streams a tool call, token by token, in OpenAI's chunk format; the
+        #    ingest announces the card at the first token and fills its input live.
+        ingest = OpenAIChatIngest(tracker)
+        for chunk in _openai_stream(
+            "web_search", {"query": "anyio vs trio structured concurrency", "limit": 5}, turn
+        ):
+            ingest.feed(chunk)
             await pause(0.04)
-        call.ready()
-        async with tracker.call("web_search", call.args, call_id=call.call_id) as c:
-            for i in range(5):
-                await pause(0.15)
-                c.progress((i + 1) / 5, message=f"fetched {i + 1} of 5 result pages")
-            c.complete([{"title": f"Result {i}", "url": _PAGES[i % 3]} for i in range(5)])
+        for h in ingest.finish():
+            async with tracker.call(h.tool, h.args, call_id=h.call_id) as c:
+                for i in range(5):
+                    await pause(0.15)
+                    c.progress((i + 1) / 5, message=f"fetched {i + 1} of 5 result pages")
+                c.complete([{"title": f"Result {i}", "url": _PAGES[i % 3]} for i in range(5)])
 
         # 2. A parallel batch: three fetches, at most two at a time.
         async def fetch_page(url: str) -> dict[str, Any]:

@@ -1,0 +1,252 @@
+"""The main job: `toolstream demo` — the gateway, the page in a real browser, and `tail`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+import toolstream as ts
+from toolstream.demo import DEMO_SECRET, build_app, run_agent
+
+from .browser import browser_page
+from .servers import Served, bind, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+
+
+class Agent:
+    """The simulated agent on its own thread and loop, as a framework would run it."""
+
+    def __init__(self, bus: ts.EventBus, *, speed: float, turns: int | None) -> None:
+        self.bus = bus
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(speed, turns), daemon=True)
+        self.thread.start()
+
+    def _run(self, speed: float, turns: int | None) -> None:
+        async def main() -> None:
+            async with ts.Tracker(self.bus, "demo") as tracker, anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    while not self.stop.is_set():  # noqa: ASYNC110 - set by the test thread
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                await run_agent(tracker, turns=turns, speed=speed)
+                tg.cancel_scope.cancel()
+
+        anyio.run(main)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def demo() -> Iterator[tuple[ts.EventBus, Served]]:
+    bus = ts.EventBus()
+    agent = Agent(bus, speed=4.0, turns=None)
+    with serve(build_app(bus), ws="websockets-sansio") as served:
+        yield bus, served
+    agent.close()
+    bus.close()
+
+
+def read_sse(url: str, seconds: float) -> list[dict[str, Any]]:
+    """Every data line of a stream for ``seconds``."""
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + seconds
+    with httpx.stream("GET", url, timeout=httpx.Timeout(5, read=seconds + 5)) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                out.append(json.loads(line[6:]))
+            if time.monotonic() > deadline:
+                break
+    return out
+
+
+def test_the_page_and_its_assets_load(demo: tuple[ts.EventBus, Served]) -> None:
+    _, served = demo
+    page = httpx.get(f"{served.url}/")
+    assert page.status_code == 200 and "toolstream" in page.text and "/static/app.js" in page.text
+    for asset, kind in (("app.js", "javascript"), ("style.css", "css")):
+        response = httpx.get(f"{served.url}/static/{asset}")
+        assert response.status_code == 200 and kind in response.headers["content-type"]
+    assert httpx.get(f"{served.url}/static/../secret").status_code == 404
+    assert httpx.get(f"{served.url}/nope").status_code == 404
+    assert httpx.get(f"{served.url}/healthz").json() == {"ok": True}
+
+
+def test_the_stream_shows_everything_the_demo_promises(demo: tuple[ts.EventBus, Served]) -> None:
+    _, served = demo
+    events = read_sse(f"{served.url}/events?session=demo", 9)
+    types = {e["type"] for e in events}
+    lifecycle = {cls.type for cls in ts.EVENT_TYPES} - {"tool.output.partial"}
+    assert lifecycle <= types, lifecycle - types
+    wire = json.dumps(events)
+    assert DEMO_SECRET not in wire and DEMO_SECRET[8:20] not in wire
+    assert "[redacted]" in wire
+    assert any(isinstance(e.get("result"), dict) and e["result"].get("truncated") for e in events)
+    assert {e["tool"] for e in events if e.get("tool")}.isdisjoint({"_update_memory"}), (
+        "hidden tools stay hidden"
+    )
+    assert any(e["type"] == "batch.phase" and e["phase"] == "queued" for e in events)
+    batches: dict[str, list[int]] = {}
+    for e in events:
+        if e["type"] == "tool.queued":
+            batches.setdefault(e["batch_id"], []).append(e["position"])
+    assert [1, 2, 3] in batches.values(), "a parallel batch of three behind a concurrency limit"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "marker"),
+    [("agui", "TOOL_CALL_START"), ("ai_sdk", "tool-input-start"), ("hermes", "running")],
+)
+def test_every_dialect_endpoint_streams(
+    demo: tuple[ts.EventBus, Served], dialect: str, marker: str
+) -> None:
+    _, served = demo
+    messages = read_sse(f"{served.url}/events?session=demo&dialect={dialect}", 5)
+    assert marker in json.dumps(messages)
+
+
+def test_the_websocket_endpoint(demo: tuple[ts.EventBus, Served]) -> None:
+    _, served = demo
+    with connect(served.url.replace("http", "ws") + "/ws") as ws:
+        ws.send(json.dumps({"op": "subscribe", "session": "demo", "types": ["tool.completed"]}))
+        seen: list[str] = []
+        deadline = time.monotonic() + 10
+        while len(seen) < 3 and time.monotonic() < deadline:
+            message = json.loads(ws.recv(timeout=10))
+            if message["op"] == "ping":
+                ws.send('{"op":"pong"}')
+            elif message["op"] == "event" and message["data"]["type"] == "tool.completed":
+                seen.append(message["data"]["tool"])
+    assert len(seen) == 3
+
+
+def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Served]) -> None:
+    _, served = demo
+    lines: list[dict[str, Any]] = []
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolstream",
+            "tail",
+            f"{served.url}/events",
+            "--session",
+            "demo",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ) as tail:
+        try:
+            deadline = time.monotonic() + 15
+            assert tail.stdout is not None
+            while time.monotonic() < deadline:
+                line = tail.stdout.readline()
+                if not line:
+                    break
+                lines.append(json.loads(line))
+                if any(
+                    e.get("tool") == "web_search" and e["type"] == "tool.completed" for e in lines
+                ):
+                    break
+        finally:
+            tail.terminate()
+            tail.wait(10)
+    web = [e for e in lines if e.get("tool") == "web_search"]
+    call_id = next(e["call_id"] for e in web if e["type"] == "tool.created")
+    kinds = [e["type"] for e in web if e["call_id"] == call_id]
+    assert kinds[0] == "tool.created" and kinds[-1] == "tool.completed"
+    order = [
+        "tool.created",
+        "tool.args.delta",
+        "tool.ready",
+        "tool.started",
+        "tool.progress",
+        "tool.completed",
+    ]
+    assert list(dict.fromkeys(kinds)) == order, kinds
+
+
+def wait(page: Any, expression: str, timeout: float = 20) -> Any:
+    page.wait_for_function(expression, timeout=timeout * 1000)
+    return page.evaluate(expression)
+
+
+CALLS = "[...window.toolstreamState.calls.values()]"
+
+
+def test_the_page_in_a_real_browser_across_restarts() -> None:
+    bus = ts.EventBus()
+    agent = Agent(bus, speed=3.0, turns=None)
+    probe = bind()
+    port = probe.getsockname()[1]
+    probe.close()
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        with browser_page() as page:
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            with serve(build_app(bus), port=port, ws="websockets-sansio") as served:
+                page.goto(f"{served.url}/")
+                for state in ("completed", "failed", "cancelled"):
+                    wait(page, f"document.querySelector('.card[data-state=\"{state}\"]') !== null")
+                # the DOM shows states, moving progress, summaries, errors
+                bars = "[...document.querySelectorAll('.card .bar > i')]"
+                wait(page, f"{bars}.some(i => parseFloat(i.style.width) > 0)")
+                failed = page.inner_text('.card[data-state="failed"] .error')
+                assert "exit code 2" in failed
+                assert "finished in" in page.inner_text('.card[data-state="completed"] .summary')
+                assert wait(page, "document.querySelectorAll('.batch').length") >= 1
+                page.select_option("#dialect", "hermes")
+                wait(
+                    page,
+                    "document.getElementById('raw-log').textContent.includes('hermes.tool.progress')",
+                )
+                page.screenshot(path=str(ARTIFACTS / "demo-page.png"))
+                # switch to WebSocket
+                page.select_option("#transport", "ws")
+                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
+            # the HTTP server restarts over the same bus, mid-stream
+            time.sleep(1.0)
+            with serve(build_app(bus), port=port, ws="websockets-sansio"):
+                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
+                time.sleep(2.0)
+                agent.close()  # let the page catch up with a quiet session
+                time.sleep(1.0)
+                shown = page.evaluate(f"{CALLS}.map(c => [c.call_id, c.state])")
+            truth = {c.call_id: c.state.value for c in bus.snapshot("demo").calls}
+            ids = [call_id for call_id, _ in shown]
+            assert len(ids) == len(set(ids)), "no card duplicated"
+            missing = set(truth) - set(ids)
+            assert not missing, f"cards lost across the restart: {missing}"
+            assert all(truth[call_id] == state for call_id, state in shown if call_id in truth)
+            # the whole demo restarts: a new bus, a stale cursor -> a clean reset
+            with serve(build_app(ts.EventBus()), port=port, ws="websockets-sansio"):
+                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
+                wait(page, f"{CALLS}.every(c => c.state !== 'running' && c.state !== 'created')")
+                assert page.evaluate("document.querySelectorAll('.spinner').length") == 0
+    finally:
+        agent.close()
+        bus.close()

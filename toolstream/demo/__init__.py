@@ -1,0 +1,146 @@
+"""``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent.
+
+``build_app(bus)`` is the gateway (the page at ``/``, SSE at ``/events``, WebSocket at
+``/ws``); ``serve(...)`` runs it under uvicorn with the agent. Needs the ``cli`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+from collections.abc import Awaitable, Callable, MutableMapping
+from importlib import resources
+from typing import Any
+
+import anyio
+
+import toolstream as ts
+from toolstream.sse import SSEApp
+from toolstream.websocket import WebSocketApp
+
+from .agent import DEMO_SECRET, run_agent
+
+logger = logging.getLogger("toolstream.demo")
+
+__all__ = ["DEMO_SECRET", "Gateway", "build_app", "run_agent", "serve"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+SESSION = "demo"
+
+
+def _static(name: str) -> bytes | None:
+    if "/" in name or name.startswith("."):
+        return None
+    path = resources.files(__package__).joinpath("static").joinpath(name)
+    return path.read_bytes() if path.is_file() else None
+
+
+class Gateway:
+    """The demo's ASGI app: ``/`` (the page), ``/static/*``, ``/events`` (SSE, every
+    dialect), ``/ws`` (WebSocket), ``/healthz``."""
+
+    def __init__(self, bus: ts.Bus, *, retry_ms: int = 1000) -> None:
+        self.bus = bus
+        self.sse = SSEApp(bus, retry_ms=retry_ms)
+        self.ws = WebSocketApp(bus)
+
+    def shutdown(self) -> None:
+        """End every open stream and socket."""
+        self.sse.shutdown()
+        self.ws.shutdown()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self.sse(scope, receive, send)
+            return
+        path = scope.get("path", "/")
+        if kind == "websocket":
+            if path == "/ws":
+                await self.ws(scope, receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        if path == "/events":
+            await self.sse(scope, receive, send)
+            return
+        if path == "/healthz":
+            await _reply(send, 200, b'{"ok": true}', "application/json")
+            return
+        name = (
+            "index.html"
+            if path == "/"
+            else path.removeprefix("/static/")
+            if path.startswith("/static/")
+            else ""
+        )
+        body = _static(name) if name else None
+        if body is None:
+            await _reply(
+                send,
+                404,
+                json.dumps({"error": f"no such page: {path}"}).encode(),
+                "application/json",
+            )
+            return
+        kind_of = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        await _reply(send, 200, body, f"{kind_of}; charset=utf-8", cache=False)
+
+
+async def _reply(
+    send: Send, status: int, body: bytes, content_type: str, *, cache: bool = True
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if not cache:
+        headers.append((b"cache-control", b"no-cache"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(bus: ts.Bus) -> Gateway:
+    """The demo gateway over ``bus``."""
+    return Gateway(bus)
+
+
+async def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    speed: float = 1.0,
+    turns: int | None = None,
+    bus: ts.EventBus | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Run the gateway under uvicorn and the simulated agent on session ``demo`` until
+    the server exits (Ctrl-C) or the agent's turns are done."""
+    import uvicorn
+
+    bus = bus if bus is not None else ts.EventBus()
+    gateway = build_app(bus)
+    config = uvicorn.Config(
+        gateway, host=host, port=port, log_level="warning", ws="websockets-sansio", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+
+        async def agent() -> None:
+            while not server.started:  # noqa: ASYNC110 - uvicorn sets a flag, not an event
+                await anyio.sleep(0.05)
+            if on_ready is not None:
+                on_ready(f"http://{host}:{port}/")
+            async with ts.Tracker(bus, SESSION) as tracker:
+                await run_agent(tracker, turns=turns, speed=speed)
+
+        async def server_task() -> None:
+            await server.serve()
+            tg.cancel_scope.cancel()  # Ctrl-C: the agent stops with the server
+
+        tg.start_soon(server_task)
+        tg.start_soon(agent)
