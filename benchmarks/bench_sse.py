@@ -10,31 +10,16 @@ Each server runs in its own process; rounds alternate toolstream, sse-starlette.
 
 from __future__ import annotations
 
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks._processes import cpu_seconds, start_server
+
 KINDS = ("toolstream", "sse_starlette")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _client(url: str, events: int, latencies: list[float] | None) -> tuple[int, float, float]:
@@ -67,32 +52,8 @@ async def _client(url: str, events: int, latencies: list[float] | None) -> tuple
 
 def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, float]:
     """Start a server, connect ``clients``, read ``events`` each; measure."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.sse_server",
-            kind,
-            str(port),
-            str(clients),
-            str(events),
-            str(rate),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server, port = start_server("benchmarks.sse_server", kind, str(clients), str(events), str(rate))
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"{kind} server did not start") from None
-                time.sleep(0.05)
         url = f"http://127.0.0.1:{port}/?session=bench"
         # The reset (toolstream) or nothing (sse-starlette) comes first, then the events:
         # count the tracked events only.
@@ -100,7 +61,7 @@ def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, flo
         latencies: list[float] = []
         measure = rate > 0
         reads: list[tuple[int, float, float]] = []
-        cpu_before = _cpu_seconds(server.pid)
+        cpu_before = cpu_seconds(server.pid)
         # toolstream sends the session's reset first: one more data line to read.
         wanted = expected + (1 if kind == "toolstream" else 0)
 
@@ -114,7 +75,7 @@ def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, flo
                     tg.start_soon(one)
 
         anyio.run(go)
-        cpu = _cpu_seconds(server.pid) - cpu_before
+        cpu = cpu_seconds(server.pid) - cpu_before
         elapsed = max(r[2] for r in reads) - min(r[1] for r in reads)
         delivered = sum(min(r[0], expected) for r in reads)
         result = {
@@ -129,8 +90,6 @@ def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, flo
     finally:
         server.kill()
         server.wait()
-        if server.stderr:
-            server.stderr.close()
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:

@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
-from benchmarks.bench_sse import ROOT, _cpu_seconds, _free_port
+from benchmarks._processes import cpu_seconds, start_server
 
 KINDS = ("toolstream", "broadcast")
 
@@ -37,26 +35,9 @@ async def _client(url: str, events: int) -> tuple[int, float, float]:
 
 
 def run_once(kind: str, clients: int, events: int) -> dict[str, float]:
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.ws_server", kind, str(port), str(clients), str(events)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server, port = start_server("benchmarks.ws_server", kind, str(clients), str(events))
     try:
-        import socket
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"{kind} server did not start") from None
-                time.sleep(0.05)
-        cpu_before = _cpu_seconds(server.pid)
+        cpu_before = cpu_seconds(server.pid)
 
         async def go() -> list[tuple[int, float, float]]:
             return await asyncio.gather(
@@ -64,7 +45,7 @@ def run_once(kind: str, clients: int, events: int) -> dict[str, float]:
             )
 
         reads = asyncio.run(go())
-        cpu = _cpu_seconds(server.pid) - cpu_before
+        cpu = cpu_seconds(server.pid) - cpu_before
         elapsed = max(r[2] for r in reads) - min(r[1] for r in reads)
         delivered = sum(r[0] for r in reads)
         return {"events_per_s": delivered / elapsed, "cpu_us_per_event": cpu / delivered * 1e6}

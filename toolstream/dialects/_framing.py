@@ -14,9 +14,21 @@ from collections.abc import Iterable
 
 import attrs
 
-from toolstream import CallSnapshot, CallState, ErrorInfo, Event, RunFinished, RunStarted, Snapshot
+from toolstream import (
+    BatchPhase,
+    CallSnapshot,
+    CallState,
+    ErrorInfo,
+    Event,
+    RunFinished,
+    RunStarted,
+    Snapshot,
+    StreamReset,
+)
 
-__all__ = ["CallMemory", "RunFraming"]
+from ._base import BaseDialect, WireMessage
+
+__all__ = ["CallMemory", "RunFramedDialect", "RunFraming"]
 
 _MAX_FINISHED = 10_000
 
@@ -148,3 +160,90 @@ def error_text(error: ErrorInfo | None, default: str = "failed") -> str:
     if error is None:
         return default
     return f"{error.type}: {error.message}" if error.message else error.type
+
+
+class RunFramedDialect(BaseDialect):
+    """The skeleton every run-framed dialect shares: run events, resets and priming,
+    implicit runs. A dialect supplies its messages through the hooks below."""
+
+    def __init__(self) -> None:
+        self._frame = RunFraming()
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def _open_run(self, run_id: str, implicit: bool) -> list[WireMessage]:  # pragma: no cover
+        """Open a run on the wire (and record it in the framing)."""
+        raise NotImplementedError
+
+    def _close_run(self, event: RunFinished | None = None) -> list[WireMessage]:  # pragma: no cover
+        """Close the open run (with its outcome when ``event`` says)."""
+        raise NotImplementedError
+
+    def _call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:  # pragma: no cover
+        """The messages for one event of a call, inside an open run."""
+        raise NotImplementedError
+
+    def _batch_phase(self, event: BatchPhase) -> list[WireMessage]:  # pragma: no cover
+        """The messages for a batch's phase, inside an open run."""
+        raise NotImplementedError
+
+    def _reopen(
+        self, call: CallMemory, snap: CallSnapshot
+    ) -> list[WireMessage]:  # pragma: no cover
+        """After a reset: what brings a client to an open call's current state."""
+        raise NotImplementedError
+
+    # -- the shared part ------------------------------------------------------------------
+
+    def encode(self, event: Event) -> list[WireMessage]:
+        """The dialect's messages for one lifecycle event."""
+        frame = self._frame
+        frame.saw(event)
+        if isinstance(event, RunStarted):
+            if frame.is_nested_start(event):
+                return []
+            closing = self._close_run() if frame.implicit else []
+            if frame.run == event.run_id:
+                return closing
+            return closing + self._open_run(event.run_id or "", implicit=False)
+        if isinstance(event, RunFinished):
+            if frame.is_nested_finish(event) or frame.run != event.run_id:
+                return []
+            return self._close_run(event)
+        if isinstance(event, StreamReset):
+            return self._reset(event.snapshot)
+        if isinstance(event, BatchPhase):
+            # Outside a run it has nothing to ride on (its calls already ended).
+            return self._batch_phase(event) if frame.run is not None else []
+        if not event.call_id or frame.finished(event.call_id):
+            return []
+        out: list[WireMessage] = []
+        if frame.run is None:
+            out += self._open_run(frame.implicit_id(event.id), implicit=True)
+        out += self._call_event(frame.call(event), event)
+        if frame.implicit_may_close():
+            out += self._close_run()
+        return out
+
+    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
+        """Re-open only the current run's open calls; never re-send finished ones."""
+        frame = self._frame
+        frame.remember_finished(snapshot.calls)
+        run, implicit, calls = frame.target(snapshot)
+        out: list[WireMessage] = []
+        if frame.run is not None and frame.run != run:
+            out += self._close_run()
+        if run is not None and frame.run is None:
+            out += self._open_run(run, implicit)
+        for snap in calls:
+            if frame.finished(snap.call_id):
+                continue
+            call = frame.calls.get(snap.call_id)
+            if call is None:
+                call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
+            out += self._reopen(call, snap)
+        return out
+
+    def prime(self, snapshot: Snapshot) -> None:
+        """Take on the state of a client that saw everything up to the snapshot."""
+        self._reset(snapshot)

@@ -8,13 +8,11 @@ from typing import Any
 
 from toolstream import (
     BatchPhase,
+    CallSnapshot,
     CallState,
     Event,
     JSONValue,
     RunFinished,
-    RunStarted,
-    Snapshot,
-    StreamReset,
     ToolArgsDelta,
     ToolCancelled,
     ToolCompleted,
@@ -28,8 +26,8 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import BaseDialect, WireMessage, camel
-from ._framing import CallMemory, RunFraming, error_text, input_done
+from ._base import WireMessage, camel
+from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AGUI"]
 
@@ -38,7 +36,7 @@ def _json(value: JSONValue) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class AGUI(BaseDialect):
+class AGUI(RunFramedDialect):
     """AG-UI events: ``RUN_STARTED`` / ``RUN_FINISHED`` (or ``RUN_ERROR``) around
     ``TOOL_CALL_START`` → ``TOOL_CALL_ARGS`` → ``TOOL_CALL_END`` → ``TOOL_CALL_RESULT``.
 
@@ -54,8 +52,8 @@ class AGUI(BaseDialect):
     headers: Mapping[str, str] = {}
 
     def __init__(self, *, custom_prefix: str = "toolstream") -> None:
+        super().__init__()
         self.custom_prefix = custom_prefix
-        self._frame = RunFraming()
 
     # -- message builders -----------------------------------------------------------
 
@@ -149,48 +147,24 @@ class AGUI(BaseDialect):
         out.append(self._msg("TOOL_CALL_END", toolCallId=call.call_id))
         return out
 
-    # -- encoding ---------------------------------------------------------------------
+    # -- the hooks of the run framing ---------------------------------------------------
 
-    def _ensure_run(self, event: Event) -> list[WireMessage]:
-        if self._frame.run is None:
-            return self._open_run(self._frame.implicit_id(event.id), implicit=True)
-        return []
+    def _batch_phase(self, event: BatchPhase) -> list[WireMessage]:
+        return [
+            self._custom(
+                "batch.phase",
+                {
+                    "batchId": event.batch_id,
+                    "phase": event.phase,
+                    "callIds": list(event.call_ids),
+                    "counts": dict(event.counts),
+                },
+            )
+        ]
 
-    def encode(self, event: Event) -> list[WireMessage]:
-        """The AG-UI events for one lifecycle event."""
+    def _call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:
         frame = self._frame
-        frame.saw(event)
-        if isinstance(event, RunStarted):
-            if frame.is_nested_start(event):
-                return []
-            closing = self._close_run() if frame.implicit else []
-            if frame.run == event.run_id:
-                return closing
-            return closing + self._open_run(event.run_id or "", implicit=False)
-        if isinstance(event, RunFinished):
-            if frame.is_nested_finish(event) or frame.run != event.run_id:
-                return []
-            return self._close_run(event)
-        if isinstance(event, StreamReset):
-            return self._reset(event.snapshot)
-        if isinstance(event, BatchPhase):
-            if frame.run is None:
-                return []  # nothing open to carry it; the calls already ended
-            return [
-                self._custom(
-                    "batch.phase",
-                    {
-                        "batchId": event.batch_id,
-                        "phase": event.phase,
-                        "callIds": list(event.call_ids),
-                        "counts": dict(event.counts),
-                    },
-                )
-            ]
-        if not event.call_id or frame.finished(event.call_id):
-            return []
-        out = self._ensure_run(event)
-        call = frame.call(event)
+        out: list[WireMessage] = []
         if isinstance(event, ToolCreated):
             out += self._open_call(call, event.parent_id)
         elif isinstance(event, ToolArgsDelta):
@@ -244,8 +218,7 @@ class AGUI(BaseDialect):
             frame.finish(call.call_id)
         elif isinstance(event, ToolFailed):
             out += self._close_input(call, {})
-            text = error_text(event.error)
-            out.append(self._result(call.call_id, f"Error: {text}"))
+            out.append(self._result(call.call_id, f"Error: {error_text(event.error)}"))
             out.append(
                 self._custom(
                     "tool.failed",
@@ -274,36 +247,15 @@ class AGUI(BaseDialect):
                 )
             )
             frame.finish(call.call_id)
-        if frame.implicit_may_close():
-            out += self._close_run()
         return out
 
-    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
-        """Re-open only the current run's open calls; never re-send finished ones."""
-        frame = self._frame
-        frame.remember_finished(snapshot.calls)
-        run, implicit, calls = frame.target(snapshot)
-        out: list[WireMessage] = []
-        if frame.run is not None and frame.run != run:
-            out += self._close_run()
-        if run is not None and frame.run is None:
-            out += self._open_run(run, implicit)
-        for snap in calls:
-            if frame.finished(snap.call_id):
-                continue
-            call = frame.calls.get(snap.call_id)
-            if call is None:
-                call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
-            out += self._open_call(call, snap.parent_id)
-            if snap.state is CallState.CREATED:
-                out += self._args(call, snap.args_text)
-            elif input_done(snap):
-                out += self._close_input(call, snap.args if snap.args is not None else {})
+    def _reopen(self, call: CallMemory, snap: CallSnapshot) -> list[WireMessage]:
+        out = self._open_call(call, snap.parent_id)
+        if snap.state is CallState.CREATED:
+            out += self._args(call, snap.args_text)
+        elif input_done(snap):
+            out += self._close_input(call, snap.args if snap.args is not None else {})
         return out
-
-    def prime(self, snapshot: Snapshot) -> None:
-        """Take on the state of a client that saw everything up to the snapshot."""
-        self._reset(snapshot)
 
     def close(self) -> list[WireMessage]:
         """End the open calls (END, a result, CUSTOM) and the open run."""

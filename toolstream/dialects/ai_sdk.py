@@ -7,13 +7,11 @@ from typing import Any
 
 from toolstream import (
     BatchPhase,
+    CallSnapshot,
     CallState,
     Event,
     JSONValue,
     RunFinished,
-    RunStarted,
-    Snapshot,
-    StreamReset,
     ToolArgsDelta,
     ToolCancelled,
     ToolCompleted,
@@ -27,13 +25,13 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import BaseDialect, WireMessage, camel
-from ._framing import CallMemory, RunFraming, error_text, input_done
+from ._base import WireMessage, camel
+from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AISDK"]
 
 
-class AISDK(BaseDialect):
+class AISDK(RunFramedDialect):
     """UI message stream chunks: ``start`` / ``start-step`` … ``finish-step`` / ``finish``
     around ``tool-input-start`` → ``tool-input-delta`` → ``tool-input-available`` (or
     ``tool-input-error``) → ``tool-output-available`` (or ``tool-output-error``).
@@ -50,10 +48,10 @@ class AISDK(BaseDialect):
     headers: Mapping[str, str] = {"x-vercel-ai-ui-message-stream": "v1"}
 
     def __init__(self, *, dynamic: bool = False, max_output_chars: int = 32_000) -> None:
+        super().__init__()
         #: Mark tool parts as dynamic (for clients without static tool definitions).
         self.dynamic = dynamic
         self.max_output_chars = max_output_chars
-        self._frame = RunFraming()
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -155,47 +153,26 @@ class AISDK(BaseDialect):
         self._frame.finish(call.call_id)
         return out
 
-    # -- encoding -------------------------------------------------------------------------
+    # -- the hooks of the run framing ---------------------------------------------------
 
-    def encode(self, event: Event) -> list[WireMessage]:
-        """The UI message chunks for one lifecycle event."""
+    def _batch_phase(self, event: BatchPhase) -> list[WireMessage]:
+        return [
+            self._msg(
+                "data-batch-phase",
+                id=event.batch_id,
+                data={
+                    "batchId": event.batch_id,
+                    "phase": event.phase,
+                    "callIds": list(event.call_ids),
+                    "counts": dict(event.counts),
+                },
+                transient=True,
+            )
+        ]
+
+    def _call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:
         frame = self._frame
-        frame.saw(event)
-        if isinstance(event, RunStarted):
-            if frame.is_nested_start(event):
-                return []
-            closing = self._close_run() if frame.implicit else []
-            if frame.run == event.run_id:
-                return closing
-            return closing + self._open_run(event.run_id or "", implicit=False)
-        if isinstance(event, RunFinished):
-            if frame.is_nested_finish(event) or frame.run != event.run_id:
-                return []
-            return self._close_run(event)
-        if isinstance(event, StreamReset):
-            return self._reset(event.snapshot)
-        if isinstance(event, BatchPhase):
-            if frame.run is None:
-                return []
-            return [
-                self._msg(
-                    "data-batch-phase",
-                    id=event.batch_id,
-                    data={
-                        "batchId": event.batch_id,
-                        "phase": event.phase,
-                        "callIds": list(event.call_ids),
-                        "counts": dict(event.counts),
-                    },
-                    transient=True,
-                )
-            ]
-        if not event.call_id or frame.finished(event.call_id):
-            return []
         out: list[WireMessage] = []
-        if frame.run is None:
-            out += self._open_run(frame.implicit_id(event.id), implicit=True)
-        call = frame.call(event)
         if isinstance(event, ToolCreated):
             out += self._open_call(call, event.title)
         elif isinstance(event, ToolArgsDelta):
@@ -259,49 +236,26 @@ class AISDK(BaseDialect):
             out += self._open_call(call)
             out.append(self._error(call, f"Cancelled: {event.reason or 'cancelled'}"))
             frame.finish(call.call_id)
-        if frame.implicit_may_close():
-            out += self._close_run()
         return out
 
-    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
-        """Re-open only the current run's open calls; never re-send finished ones."""
-        frame = self._frame
-        frame.remember_finished(snapshot.calls)
-        run, implicit, calls = frame.target(snapshot)
-        out: list[WireMessage] = []
-        if frame.run is not None and frame.run != run:
-            out += self._close_run()
-        if run is not None and frame.run is None:
-            out += self._open_run(run, implicit)
-        for snap in calls:
-            if frame.finished(snap.call_id):
-                continue
-            call = frame.calls.get(snap.call_id)
-            if call is None:
-                call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
-            out += self._open_call(call, snap.title)
-            if snap.state is CallState.CREATED:
-                if snap.args_text and not call.input_done:
-                    call.input_streamed = True
-                    out.append(
-                        self._msg(
-                            "tool-input-delta",
-                            toolCallId=call.call_id,
-                            inputTextDelta=snap.args_text,
-                        )
+    def _reopen(self, call: CallMemory, snap: CallSnapshot) -> list[WireMessage]:
+        out = self._open_call(call, snap.title)
+        if snap.state is CallState.CREATED:
+            if snap.args_text and not call.input_done:
+                call.input_streamed = True
+                out.append(
+                    self._msg(
+                        "tool-input-delta", toolCallId=call.call_id, inputTextDelta=snap.args_text
                     )
-            elif input_done(snap):
-                out += self._available(call, snap.args, snap.args_valid is not False)
-                if snap.output_text:
-                    call.output_text = snap.output_text[-self.max_output_chars :]
-                    out.append(self._output(call, call.output_text, preliminary=True))
-                elif snap.output is not None:
-                    out.append(self._output(call, snap.output, preliminary=True))
+                )
+        elif input_done(snap):
+            out += self._available(call, snap.args, snap.args_valid is not False)
+            if snap.output_text:
+                call.output_text = snap.output_text[-self.max_output_chars :]
+                out.append(self._output(call, call.output_text, preliminary=True))
+            elif snap.output is not None:
+                out.append(self._output(call, snap.output, preliminary=True))
         return out
-
-    def prime(self, snapshot: Snapshot) -> None:
-        """Take on the state of a client that saw everything up to the snapshot."""
-        self._reset(snapshot)
 
     def close(self) -> list[WireMessage]:
         """End the open calls and the open message, then ``[DONE]``."""
