@@ -250,3 +250,24 @@ def test_the_page_in_a_real_browser_across_restarts() -> None:
     finally:
         agent.close()
         bus.close()
+
+
+def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
+    bus = ts.EventBus(replay=5_000)
+    with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(f"{served.url}/")
+        wait(page, "document.getElementById('status').textContent === 'live (SSE)'")
+        tracker = ts.Tracker(bus, "demo")
+        for i in range(800):
+            with tracker.call("bulk", {"i": i}) as call:
+                call.progress(0.5)
+        running = tracker.create("still_running")
+        running.start()
+        wait(page, f"{CALLS}.some(c => c.tool === 'still_running')")
+        cards = page.evaluate("document.querySelectorAll('.card').length")
+        assert 250 <= cards <= 301, cards  # the newest 300 finished, and the open one
+        assert page.evaluate("document.querySelectorAll('.spinner').length") == 1
+        assert errors == []
+    bus.close()

@@ -112,6 +112,7 @@ function elapsed(c) {
   return fmt(Math.max(0, (c.ended || Date.now() / 1000) - c.started));
 }
 function render() {
+  if (state.calls.size > MAX_FINISHED + 50) trim();   // amortised: at most once per frame
   for (const id of dirty) { const c = state.calls.get(id); if (c) card(c); }
   dirty.clear();
   for (const c of state.calls.values()) {   // keep running clocks moving
