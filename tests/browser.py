@@ -48,3 +48,24 @@ def browser_page() -> Iterator[Any]:
             yield context.new_page()
         finally:
             browser.close()
+
+
+def with_page(page: bytes, app: Any) -> Any:
+    """An ASGI app serving ``page`` (HTML) to every plain HTTP GET of ``/`` and passing
+    everything else (the event stream, the socket) to ``app``."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/":
+            headers = [(b"content-type", b"text/html; charset=utf-8")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": page})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def wait_for(page: Any, expression: str, timeout: float = 20.0) -> Any:
+    """Wait until the JavaScript ``expression`` is truthy in ``page``; return its value."""
+    page.wait_for_function(expression, timeout=timeout * 1000)
+    return page.evaluate(expression)

@@ -20,7 +20,7 @@ from websockets.sync.client import connect
 import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app, run_agent
 
-from .browser import browser_page
+from .browser import browser_page, wait_for
 from .servers import Served, bind, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,11 +190,6 @@ def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Se
     assert list(dict.fromkeys(kinds)) == order, kinds
 
 
-def wait(page: Any, expression: str, timeout: float = 20) -> Any:
-    page.wait_for_function(expression, timeout=timeout * 1000)
-    return page.evaluate(expression)
-
-
 CALLS = "[...window.toolstreamState.calls.values()]"
 
 
@@ -211,27 +206,33 @@ def test_the_page_in_a_real_browser_across_restarts() -> None:
             with serve(build_app(bus), port=port, ws="websockets-sansio") as served:
                 page.goto(f"{served.url}/")
                 for state in ("completed", "failed", "cancelled"):
-                    wait(page, f"document.querySelector('.card[data-state=\"{state}\"]') !== null")
+                    wait_for(
+                        page, f"document.querySelector('.card[data-state=\"{state}\"]') !== null"
+                    )
                 # the DOM shows states, moving progress, summaries, errors
                 bars = "[...document.querySelectorAll('.card .bar > i')]"
-                wait(page, f"{bars}.some(i => parseFloat(i.style.width) > 0)")
+                wait_for(page, f"{bars}.some(i => parseFloat(i.style.width) > 0)")
                 failed = page.inner_text('.card[data-state="failed"] .error')
                 assert "exit code 2" in failed
                 assert "finished in" in page.inner_text('.card[data-state="completed"] .summary')
-                assert wait(page, "document.querySelectorAll('.batch').length") >= 1
+                assert wait_for(page, "document.querySelectorAll('.batch').length") >= 1
                 page.select_option("#dialect", "hermes")
-                wait(
+                wait_for(
                     page,
                     "document.getElementById('raw-log').textContent.includes('hermes.tool.progress')",
                 )
                 page.screenshot(path=str(ARTIFACTS / "demo-page.png"))
                 # switch to WebSocket
                 page.select_option("#transport", "ws")
-                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
+                wait_for(
+                    page, "document.getElementById('status').textContent === 'live (WebSocket)'"
+                )
             # the HTTP server restarts over the same bus, mid-stream
             time.sleep(1.0)
             with serve(build_app(bus), port=port, ws="websockets-sansio"):
-                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
+                wait_for(
+                    page, "document.getElementById('status').textContent === 'live (WebSocket)'"
+                )
                 time.sleep(2.0)
                 agent.close()  # let the page catch up with a quiet session
                 time.sleep(1.0)
@@ -244,8 +245,12 @@ def test_the_page_in_a_real_browser_across_restarts() -> None:
             assert all(truth[call_id] == state for call_id, state in shown if call_id in truth)
             # the whole demo restarts: a new bus, a stale cursor -> a clean reset
             with serve(build_app(ts.EventBus()), port=port, ws="websockets-sansio"):
-                wait(page, "document.getElementById('status').textContent === 'live (WebSocket)'")
-                wait(page, f"{CALLS}.every(c => c.state !== 'running' && c.state !== 'created')")
+                wait_for(
+                    page, "document.getElementById('status').textContent === 'live (WebSocket)'"
+                )
+                wait_for(
+                    page, f"{CALLS}.every(c => c.state !== 'running' && c.state !== 'created')"
+                )
                 assert page.evaluate("document.querySelectorAll('.spinner').length") == 0
     finally:
         agent.close()
@@ -258,14 +263,14 @@ def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(f"{served.url}/")
-        wait(page, "document.getElementById('status').textContent === 'live (SSE)'")
+        wait_for(page, "document.getElementById('status').textContent === 'live (SSE)'")
         tracker = ts.Tracker(bus, "demo")
         for i in range(800):
             with tracker.call("bulk", {"i": i}) as call:
                 call.progress(0.5)
         running = tracker.create("still_running")
         running.start()
-        wait(page, f"{CALLS}.some(c => c.tool === 'still_running')")
+        wait_for(page, f"{CALLS}.some(c => c.tool === 'still_running')")
         cards = page.evaluate("document.querySelectorAll('.card').length")
         assert 250 <= cards <= 301, cards  # the newest 300 finished, and the open one
         assert page.evaluate("document.querySelectorAll('.spinner').length") == 1

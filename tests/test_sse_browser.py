@@ -10,14 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 import toolstream as ts
 from toolstream.sse import SSEApp
 
-from .browser import browser_page
+from .browser import browser_page, wait_for, with_page
 from .servers import bind, serve
 
 PAGE = b"""<!doctype html>
@@ -38,30 +37,6 @@ PAGE = b"""<!doctype html>
 """ % json.dumps([cls.type for cls in ts.EVENT_TYPES]).encode()
 
 
-def make_app(events: SSEApp) -> Any:
-    """A bare ASGI app: the page at /, the SSE stream at /events."""
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/":
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"text/html; charset=utf-8")],
-                }
-            )
-            await send({"type": "http.response.body", "body": PAGE})
-            return
-        await events(scope, receive, send)
-
-    return app
-
-
-def wait_for(page: Any, expression: str, timeout: float = 15.0) -> Any:
-    page.wait_for_function(expression, timeout=timeout * 1000)
-    return page.evaluate(expression)
-
-
 def test_event_source_resumes_across_a_server_restart_and_resets_on_a_new_bus() -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s1")
@@ -70,7 +45,7 @@ def test_event_source_resumes_across_a_server_restart_and_resets_on_a_new_bus() 
     sock.close()
     events = SSEApp(bus, retry_ms=200, heartbeat=1.0)
     with browser_page() as page:
-        with serve(make_app(events), port=port) as served:
+        with serve(with_page(PAGE, events), port=port) as served:
             page.goto(f"{served.url}/")
             wait_for(page, "window.received.length >= 1")  # the reset
             for i in range(5):
@@ -79,7 +54,7 @@ def test_event_source_resumes_across_a_server_restart_and_resets_on_a_new_bus() 
         # The server is down: the browser keeps retrying while the agent goes on.
         for i in range(5):
             tracker.create("while_down", call_id=f"b{i}").complete(i)
-        with serve(make_app(events), port=port):
+        with serve(with_page(PAGE, events), port=port):
             wait_for(page, "window.received.length >= 21")
             tracker.create("after", call_id="c0").complete(0)
             wait_for(page, "window.received.length >= 23")
@@ -95,7 +70,7 @@ def test_event_source_resumes_across_a_server_restart_and_resets_on_a_new_bus() 
         new_bus = ts.EventBus()
         ts.Tracker(new_bus, "s1").create("fresh", call_id="d0").start()
         before = len(received)
-        with serve(make_app(SSEApp(new_bus, retry_ms=200)), port=port):
+        with serve(with_page(PAGE, SSEApp(new_bus, retry_ms=200)), port=port):
             wait_for(page, f"window.received.length > {before}")
             latest = page.evaluate("window.received")[before:]
         assert latest[0]["type"] == "stream.reset"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import toolstream as ts
 from toolstream.websocket import WebSocketApp
 
-from .browser import browser_page
+from .browser import browser_page, with_page
 from .servers import serve
 
 PAGE = b"""<!doctype html>
@@ -29,28 +27,13 @@ PAGE = b"""<!doctype html>
 """
 
 
-def make_app(sockets: WebSocketApp) -> Any:
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"text/html")],
-                }
-            )
-            await send({"type": "http.response.body", "body": PAGE})
-            return
-        await sockets(scope, receive, send)
-
-    return app
-
-
 def test_browser_websocket_subscribes_and_receives() -> None:
     bus = ts.EventBus()
     with (
         browser_page() as page,
-        serve(make_app(WebSocketApp(bus, ping_interval=0.5)), ws="websockets-sansio") as served,
+        serve(
+            with_page(PAGE, WebSocketApp(bus, ping_interval=0.5)), ws="websockets-sansio"
+        ) as served,
     ):
         page.goto(f"{served.url}/")
         page.wait_for_function(

@@ -262,25 +262,8 @@ def test_peers_accept_generated_sessions() -> None:
 
 
 def test_peers_accept_a_stream_that_starts_with_a_reset() -> None:
-    session = Session()
-    t = session.tracker
-    run = t.run(run_id="r1").start()
-    streaming = t.create("web_search", call_id="a")
-    streaming.args_delta('{"q": "an')
-    running = t.create("shell", call_id="b")
-    running.start({"cmd": "ls"})
-    running.output_delta("partial output\n")
-    t.create("done", call_id="c").complete(1)
     cases = []
     for name in ("agui", "ai_sdk"):
-        stream_from_reset = stream_frames(session.bus, name, None, closing=False)
-        # ... and the rest of the run, live
-        streaming.args_delta('yio"}')
-        streaming.ready()
-        streaming.complete(["r"])
-        running.complete("ok")
-        run.finish()
-        cases.append({"name": name, "dialect": name, "messages": wire(stream_from_reset)})
         session = Session()
         t = session.tracker
         run = t.run(run_id="r1").start()
@@ -290,6 +273,14 @@ def test_peers_accept_a_stream_that_starts_with_a_reset() -> None:
         running.start({"cmd": "ls"})
         running.output_delta("partial output\n")
         t.create("done", call_id="c").complete(1)
+        stream_from_reset = stream_frames(session.bus, name, None, closing=False)
+        # ... and the rest of the run, live
+        streaming.args_delta('yio"}')
+        streaming.ready()
+        streaming.complete(["r"])
+        running.complete("ok")
+        run.finish()
+        cases.append({"name": name, "dialect": name, "messages": wire(stream_from_reset)})
     results = run_node_checks(cases)
     assert all(r["ok"] for r in results), results
 

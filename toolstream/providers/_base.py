@@ -136,9 +136,4 @@ class Ingest:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None:
-            if not self._finished:
-                self._finished = True
-                self._fail_pending(exc)
-        else:
-            self.finish()
+        self.finish(exc)
