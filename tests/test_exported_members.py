@@ -16,6 +16,7 @@ PUBLIC = {
     "BatchSnapshot",
     "Bus",
     "BusClosed",
+    "BusUnavailable",
     "BusStats",
     "CallHandle",
     "CallInfo",

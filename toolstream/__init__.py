@@ -17,6 +17,7 @@ from ._core.codec import from_dict as from_dict
 from ._core.codec import json_schema as json_schema
 from ._core.codec import to_dict as to_dict
 from ._core.errors import BusClosed as BusClosed
+from ._core.errors import BusUnavailable as BusUnavailable
 from ._core.errors import DialectError as DialectError
 from ._core.errors import EventDecodeError as EventDecodeError
 from ._core.errors import LifecycleError as LifecycleError
@@ -76,6 +77,7 @@ __all__ = [
     "BatchSnapshot",
     "Bus",
     "BusClosed",
+    "BusUnavailable",
     "BusStats",
     "CallHandle",
     "CallInfo",

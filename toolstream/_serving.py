@@ -100,7 +100,7 @@ class Stream:
     initial: list[Frame]
 
 
-def open_stream(
+async def open_stream(
     bus: Bus,
     *,
     session: str,
@@ -124,6 +124,7 @@ def open_stream(
     kinds: tuple[Any, ...] = types
     if parsed is None:
         sub = bus.subscribe(*kinds, session=session, run=run, snapshot=True, buffer=buffer)
+        await _prepared(sub)
         return Stream(sub, Encoder(dialect), [])
     inclusive = parsed.part is not None and not parsed.reset
     sub = bus.subscribe(
@@ -136,6 +137,7 @@ def open_stream(
         with_history=not parsed.reset,
         buffer=buffer,
     )
+    await _prepared(sub)
     if sub.starts_with_reset or sub.state is None:
         return Stream(sub, Encoder(dialect), [])
     if parsed.reset:
@@ -157,6 +159,15 @@ def open_stream(
         assert parsed.part is not None
         return Stream(sub, Encoder(dialect, skip_event=parsed.event_id, skip=parsed.part + 1), [])
     return Stream(sub, Encoder(dialect), [])
+
+
+async def _prepared(sub: Subscription[Any]) -> None:
+    """``sub.prepare()``, releasing the subscription if that fails (broker down)."""
+    try:
+        await sub.prepare()
+    except BaseException:
+        await sub.aclose()
+        raise
 
 
 def loop_caller() -> Callable[[Callable[[], None]], None]:

@@ -201,7 +201,39 @@ class _Log:
         return self.base + len(self.events)
 
 
-class EventBus:
+class _Host:
+    """What a :class:`Subscription` needs of whatever feeds its log: a lock guarding
+    the log, the wake-ups due, counters, and cutting / unregistering a subscriber.
+
+    ``EventBus`` is one; a broker-backed bus gives each subscription a host of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wakes: list[tuple[Subscription[Any], Waiter]] = []
+        self._stats = BusStats()
+        self._closed = False
+
+    def _cut(self, sub: Subscription[Any], log: _Log) -> None:
+        if sub._cut:
+            return
+        sub._cut = True
+        self._stats.cut += 1
+        log.subs.discard(sub)
+        self._unregister(sub, log, wake=True)
+
+    def _unregister(self, sub: Subscription[Any], log: _Log, *, wake: bool) -> None:
+        kept = []
+        for entry in log.waiters:
+            if entry[0] is sub:
+                if wake:
+                    self._wakes.append(entry)
+            else:
+                kept.append(entry)
+        log.waiters = kept
+
+
+class EventBus(_Host):
     """The in-memory bus: publish from any thread, subscribe from asyncio or trio.
 
     ``replay`` events are kept per session, within a global ``replay_bytes``
@@ -228,11 +260,11 @@ class EventBus:
         self.replay = replay
         self.replay_bytes = replay_bytes
         self.session_ttl = session_ttl
+        super().__init__()
         self._clock = clock
         self._max_finished = max_finished
         #: A random token per bus instance: ids of another instance do not compare.
         self.epoch = secrets.token_hex(6)
-        self._lock = threading.Lock()
         self._seq = 0
         self._logs: dict[str, _Log] = {}
         self._all: _Log | None = None  # the all-sessions log, once someone needs it
@@ -241,9 +273,6 @@ class EventBus:
         self._high = replay + max(32, replay // 4)
         self._sweep_every = min(session_ttl / 4, 60.0)
         self._last_sweep = clock()
-        self._closed = False
-        self._wakes: list[tuple[Subscription[Any], Waiter]] = []
-        self._stats = BusStats()
         self._published = 0
 
     def __repr__(self) -> str:
@@ -416,24 +445,6 @@ class EventBus:
                 self._bytes -= log.nbytes
                 last = log.seqs[-1] if log.seqs else log.trimmed_seq
                 self._forgotten_seq = max(self._forgotten_seq, last)
-
-    def _cut(self, sub: Subscription[Any], log: _Log) -> None:
-        if sub._cut:
-            return
-        sub._cut = True
-        self._stats.cut += 1
-        log.subs.discard(sub)
-        self._unregister(sub, log, wake=True)
-
-    def _unregister(self, sub: Subscription[Any], log: _Log, *, wake: bool) -> None:
-        kept = []
-        for entry in log.waiters:
-            if entry[0] is sub:
-                if wake:
-                    self._wakes.append(entry)
-            else:
-                kept.append(entry)
-        log.waiters = kept
 
     # -- reading ---------------------------------------------------------------------
 
@@ -777,7 +788,7 @@ class Subscription(Generic[E_co]):
 
     def __init__(
         self,
-        bus: EventBus,
+        bus: _Host,
         types: Sequence[type[Event]],
         session: str | None,
         run: str | None,
@@ -860,6 +871,14 @@ class Subscription(Generic[E_co]):
     async def aclose(self) -> None:
         """Release the subscription."""
         self.close()
+
+    async def prepare(self) -> None:
+        """Wait until the subscription knows where it starts: ``starts_with_reset``,
+        ``start_after``, ``state`` and ``history`` are final afterwards.
+
+        Immediate on :class:`EventBus` (they are final when ``subscribe`` returns); a
+        broker-backed bus reads them from the broker. Iterating calls it first.
+        """
 
     async def __aenter__(self) -> Self:
         return self

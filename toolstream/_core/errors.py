@@ -48,3 +48,9 @@ class EventDecodeError(ToolstreamError, ValueError):
 
 class BusClosed(ToolstreamError):
     """The bus was closed: no more events are published or delivered."""
+
+
+class BusUnavailable(ToolstreamError, ConnectionError):
+    """A broker-backed bus could not reach its broker in time (a subscription could
+    not learn where to start). Publishing never raises it: events wait in the outbox.
+    """

@@ -185,7 +185,7 @@ class SSEApp:
         cursor = request.headers.get("last-event-id") or request.query.get("last_event_id")
         run = request.query.get("run") or None
         try:
-            stream = open_stream(
+            stream = await open_stream(
                 self.bus,
                 session=session,
                 run=run,

@@ -317,7 +317,7 @@ class _Connection:
         if not await may_read(self.principal, session):
             raise _ClientError("forbidden", f"not allowed to read session {session!r}")
         try:
-            stream = open_stream(
+            stream = await open_stream(
                 self.app.bus,
                 session=session,
                 run=run,
