@@ -247,6 +247,15 @@ async def _drain(sub: Subscription[Any], count: int) -> list[Event]:
     return out
 
 
+async def _backlog(sub: Subscription[Any], count: int) -> None:
+    """Wait until ``count`` events wait in ``sub``: at once on ``EventBus``; a
+    broker-backed bus takes a round trip to bring them."""
+    await sub.prepare()
+    with anyio.fail_after(_DEADLINE):
+        while sub.backlog < count:
+            await anyio.sleep(0.005)
+
+
 def _progress(bus: Bus, session: str, n: int, call_id: str = "c") -> list[Event]:
     return [
         bus.publish(ToolProgress, session=session, call_id=call_id, tool="t", current=i)
@@ -430,6 +439,7 @@ async def check_coalesce_policy(factory: BusFactory) -> None:
         for i in range(12):
             bus.publish(ToolOutputDelta, session="s", call_id="c", tool="t", text=str(i % 10))
         done = bus.publish(ToolCompleted, session="s", call_id="c", tool="t")
+        await _backlog(sub, 14)
         got = sub.take_nowait()
         text = "".join(e.text for e in got if isinstance(e, ToolOutputDelta))
         assert text == "".join(str(i % 10) for i in range(12)), text
@@ -523,6 +533,7 @@ async def check_partial_output_kept(factory: BusFactory) -> None:
         bus.publish(ToolStarted, session="s", call_id="c", tool="t")
         for i in range(6):
             bus.publish(ToolOutputPartial, session="s", call_id="c", tool="t", value=i)
+        await _backlog(sub, 7)
         got = sub.take_nowait()
         partials = [e.value for e in got if isinstance(e, ToolOutputPartial)]
         assert partials == [5], partials

@@ -1,0 +1,1162 @@
+"""RedisBus: the Bus protocol on Redis Streams, for several processes sharing one stream.
+
+Publishing appends to a local outbox and returns at once; a flusher task writes the
+outbox to Redis in pipelined, idempotent batches (one Lua script call each). A
+subscription reads its session's stream with blocking XREAD on a connection of its
+own, into a private log that the in-memory :class:`~toolstream.Subscription`
+machinery serves (filters, coalescing, cut-on-slow, batches), so both buses behave
+the same to a consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+from typing_extensions import Self
+
+from .._core.bus import (
+    _PUBLISHABLE,
+    BusStats,
+    Overflow,
+    Subscription,
+    _Host,
+    _Log,
+    _publishable,
+)
+from .._core.codec import from_dict, to_dict
+from .._core.errors import BusClosed, BusUnavailable, EventDecodeError
+from .._core.events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    Snapshot,
+    StreamReset,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+from .._core.view import LiveView, parse_event_id
+from .._core.wake import current_backend
+from . import _scripts
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.commands.core import AsyncScript
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "toolstream.redis needs redis-py: pip install 'toolstream[redis]'"
+    ) from exc
+
+logger = logging.getLogger("toolstream.redis")
+
+__all__ = ["OutboxOverflow", "RedisBus", "RedisBusStats", "RedisSubscription"]
+
+E = TypeVar("E", bound=Event)
+E_co = TypeVar("E_co", bound=Event, covariant=True)
+
+#: An event id's number is the stream entry id ``ms-n`` as ``ms * _SCALE + n``: the
+#: same order, and the ``"<epoch>-<number>"`` shape every client already parses.
+_SCALE = 1_000_000
+_NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: The connection errors plus a Redis that is up but still loading its data.
+_RETRYABLE = (*_NETWORK_ERRORS, redis.BusyLoadingError)
+_KINDS: dict[type, str] = {
+    ToolCreated: "o",
+    ToolReady: "o",
+    ToolQueued: "o",
+    ToolStarted: "o",
+    ToolCompleted: "t",
+    ToolFailed: "t",
+    ToolCancelled: "t",
+    RunStarted: "r",
+    RunFinished: "f",
+}
+#: What the outbox may drop while Redis is away and the outbox is full.
+_DROPPABLE = frozenset({ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial})
+
+#: ``"drop-deltas"``: when the outbox is full, new progress, partial-output and text-delta
+#: events are dropped; lifecycle events are kept up to twice the limit, past which the
+#: oldest unsent events go. ``"drop-oldest"``: the oldest unsent event goes.
+OutboxOverflow = Literal["drop-deltas", "drop-oldest"]
+
+
+def _entry_seq(entry: str) -> int:
+    ms, _, n = entry.partition("-")
+    k = int(n)
+    if k >= _SCALE:
+        raise ValueError(f"stream entry id {entry!r} is beyond what event ids encode")
+    return int(ms) * _SCALE + k
+
+
+def _seq_entry(seq: int) -> str:
+    return f"{seq // _SCALE}-{seq % _SCALE}"
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _require_asyncio(what: str) -> None:
+    if current_backend() != "asyncio":
+        raise RuntimeError(
+            f"RedisBus {what} runs on asyncio only (redis-py has no trio support); "
+            "use EventBus under trio, or run the gateway on asyncio"
+        )
+
+
+@attrs.define
+class RedisBusStats:
+    """Counters of a :class:`RedisBus` in this process (read with ``bus.stats``)."""
+
+    #: Events published in this process.
+    published: int = 0
+    #: Events written to Redis.
+    flushed: int = 0
+    #: Events found already written when a batch was retried (not written twice).
+    duplicates: int = 0
+    #: Events written under another id because another writer's entries were ahead.
+    renumbered: int = 0
+    #: Events dropped because a reaper had already closed their call ("worker lost").
+    fenced: int = 0
+    #: Events the outbox dropped while Redis was unreachable (see ``outbox_overflow``).
+    dropped: int = 0
+    #: Events waiting in the outbox now.
+    outbox: int = 0
+    #: Failed attempts to write a batch (each retried).
+    flush_errors: int = 0
+    #: Calls and runs this process closed for writers whose lease ran out.
+    reaped: int = 0
+    #: Subscriptions cut with ``SlowConsumer``.
+    cut: int = 0
+    #: Events merged away by ``overflow="coalesce"`` subscriptions.
+    coalesced: int = 0
+    #: Resets delivered because a cursor could not be served.
+    resets: int = 0
+
+
+@attrs.frozen
+class _State:
+    """A session as read from Redis in one atomic step."""
+
+    epoch: str
+    last: int  # last-generated entry id, as a number
+    floor: int  # cursors below this cannot be served (trimmed, or before the checkpoint)
+    base: LiveView  # the state at the checkpoint (or empty)
+    events: list[tuple[int, Event]]  # retained events after the checkpoint
+
+
+class RedisBus:
+    """A :class:`~toolstream.Bus` on Redis Streams: every process using the same Redis
+    and ``prefix`` shares one live, resumable stream per session.
+
+    - ``url``: a ``redis://`` / ``rediss://`` / ``unix://`` URL (standalone Redis 7+).
+    - ``replay``: events kept per session for resuming (the stream is trimmed past it,
+      after a checkpoint of the session's state is stored).
+    - ``session_ttl``: a session with no new event for this long is deleted from Redis.
+    - ``outbox``: events kept locally while Redis is unreachable; past it
+      ``outbox_overflow`` applies.
+    - ``lease``: seconds a process may go without renewing its lease before another
+      process closes its open calls as ``cancelled`` with reason ``"worker lost"``.
+    - ``reap``: whether this process closes the calls of lost writers (any process can).
+    - ``connect_timeout``: how long construction and a subscription's first read may
+      wait for Redis before :class:`~toolstream.BusUnavailable`.
+
+    Construction talks to Redis once (synchronously) to learn the keyspace's epoch.
+    Runs on asyncio only. Use as ``async with RedisBus(url) as bus:`` (or ``await
+    bus.start()`` in your main loop and ``await bus.aclose()`` at the end).
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "toolstream",
+        replay: int = 1_000,
+        session_ttl: float = 3600.0,
+        outbox: int = 100_000,
+        outbox_overflow: OutboxOverflow = "drop-deltas",
+        lease: float = 10.0,
+        reap: bool = True,
+        connect_timeout: float = 5.0,
+        batch: int = 512,
+        clock: Any = time.time,
+        max_finished: int = 500,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        if replay < 1:
+            raise ValueError(f"replay must be at least 1, got {replay}")
+        if not session_ttl >= 1:
+            raise ValueError(f"session_ttl must be at least 1 second, got {session_ttl}")
+        if outbox < 1:
+            raise ValueError(f"outbox must be at least 1, got {outbox}")
+        if outbox_overflow not in ("drop-deltas", "drop-oldest"):
+            raise ValueError(
+                f"outbox_overflow must be 'drop-deltas' or 'drop-oldest', got {outbox_overflow!r}"
+            )
+        if not lease >= 0.3:
+            raise ValueError(f"lease must be at least 0.3 seconds, got {lease}")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.url = url
+        self.prefix = prefix
+        self.replay = replay
+        self.session_ttl = session_ttl
+        self.outbox_limit = outbox
+        self.outbox_overflow: OutboxOverflow = outbox_overflow
+        self.lease = lease
+        self.reap = reap
+        self.connect_timeout = connect_timeout
+        self.batch = batch
+        self._clock = clock
+        self._max_finished = max_finished
+        #: This process's writer token: its lease and open calls are filed under it.
+        self.token = secrets.token_hex(8)
+        options: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_connect_timeout": connect_timeout,
+            "socket_keepalive": True,
+        }
+        self._options = options
+        self._sync = redis.Redis.from_url(url, socket_timeout=connect_timeout, **options)
+        self._sync_state = self._sync.register_script(_scripts.READ_STATE)
+        try:
+            #: The keyspace's epoch: every event id carries it.
+            self.epoch = self._ensure_epoch_sync()
+        except _NETWORK_ERRORS as exc:
+            self._sync.close()
+            raise BusUnavailable(f"cannot reach Redis at {_redact(url)}: {exc}") from exc
+        self._redis = aredis.Redis.from_url(url, socket_timeout=30.0, **options)
+        self._flush_script: AsyncScript = self._redis.register_script(_scripts.FLUSH)
+        self._state_script: AsyncScript = self._redis.register_script(_scripts.READ_STATE)
+        self._ck_script: AsyncScript = self._redis.register_script(_scripts.CHECKPOINT)
+        self._reap_script: AsyncScript = self._redis.register_script(_scripts.REAP)
+        self._lock = threading.Lock()
+        self._last = 0  # the newest id number assigned here
+        self._outbox: deque[Event] = deque()
+        self._inflight = 0  # events at the outbox's head being written now
+        self._settled = 0  # events that left the outbox (written, or dropped)
+        self._published = 0
+        self._stats = RedisBusStats()
+        self._sub_stats = BusStats()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._kick_pending = False
+        self._event: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subs: set[RedisSubscription[Any]] = set()
+        self._registered = False  # this process wrote events (holds a lease)
+        self._down_since: float | None = None
+        self._marks: dict[str, tuple[list[int], deque[tuple[int, str]]]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedisBus {_redact(self.url)} prefix={self.prefix!r} epoch={self.epoch} "
+            f"outbox={len(self._outbox)}>"
+        )
+
+    def _ensure_epoch_sync(self) -> str:
+        key = f"{self.prefix}:epoch"
+        self._sync.set(key, secrets.token_hex(6), nx=True)
+        epoch = self._sync.get(key)
+        assert isinstance(epoch, str)
+        return epoch
+
+    async def _ensure_epoch(self) -> str:
+        key = f"{self.prefix}:epoch"
+        await self._redis.set(key, secrets.token_hex(6), nx=True)
+        epoch = await self._redis.get(key)
+        assert isinstance(epoch, str)
+        self._set_epoch(epoch)
+        return epoch
+
+    def _set_epoch(self, epoch: str) -> None:
+        if epoch != self.epoch:
+            logger.warning(
+                "Redis at %s has a new epoch (%s, was %s): its data was lost; "
+                "clients resuming get a reset",
+                _redact(self.url),
+                epoch,
+                self.epoch,
+            )
+            self.epoch = epoch
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`aclose`."""
+        return self._closed
+
+    @property
+    def stats(self) -> RedisBusStats:
+        """Counters of this process: published, flushed, duplicates skipped, dropped..."""
+        stats = self._stats
+        stats.published = self._published
+        stats.outbox = len(self._outbox)
+        stats.cut = self._sub_stats.cut
+        stats.coalesced = self._sub_stats.coalesced
+        return stats
+
+    def compare(self, a: str, b: str) -> int:
+        """-1, 0 or 1 as id ``a`` is before, equal to or after ``b``; ``ValueError`` for
+        ids of different epochs or strings that are not ids."""
+        ea, sa = parse_event_id(a)
+        eb, sb = parse_event_id(b)
+        if ea != eb:
+            raise ValueError(f"ids of different epochs do not compare: {a!r}, {b!r}")
+        return (sa > sb) - (sa < sb)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the flusher and lease tasks in the running asyncio loop (done for you
+        by ``async with``, and by the first publish or subscription in a loop)."""
+        _require_asyncio("start()")
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        self._start_here()
+
+    def _start_here(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            if self._loop.is_running():
+                return  # tasks live in the loop that started first
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._event = asyncio.Event()
+        self._tasks = [
+            loop.create_task(self._flusher(), name="toolstream-redis-flusher"),
+            loop.create_task(self._leases(), name="toolstream-redis-leases"),
+        ]
+        if self._outbox:
+            self._event.set()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, *, timeout: float | None = None) -> None:
+        """Flush what is in the outbox (up to ``timeout``, default ``connect_timeout``),
+        end every subscription, give up this process's lease (its calls still open are
+        closed as ``cancelled``, reason ``"worker stopped"``) and disconnect."""
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+        wait = self.connect_timeout if timeout is None else timeout
+        if self._loop is asyncio.get_running_loop() and self._tasks:
+            try:
+                await self.flush(timeout=wait)
+            except TimeoutError:
+                logger.error(
+                    "closing with %d events not written to Redis (unreachable)",
+                    len(self._outbox),
+                )
+        for sub in list(self._subs):
+            sub.close()
+        for sub in list(self._subs):
+            await sub.aclose()
+        for task in self._tasks:
+            while not task.done():  # see RedisSubscription.aclose: a cancel can be lost
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.05)
+        self._tasks = []
+        if self._registered:
+            try:
+                await self._redis.delete(f"{self.prefix}:w:{self.token}")
+                await self._reap_script(
+                    args=[self.prefix, self.token, "worker stopped", int(self.session_ttl), "1"]
+                )
+            except _RETRYABLE as exc:
+                logger.warning("could not give up the lease: %s", exc)
+        await self._redis.aclose()
+        self._sync.close()
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, event_type: type[E], /, **fields: Any) -> E:
+        """Build the event (its id, its ``ts``), put it in the outbox and return it.
+
+        Never waits for Redis; safe from any thread. The id is final: the writer's
+        clock in the ``ms-n`` form of a stream entry id, and the entry it is written
+        under (except when another process's entries for the same session are ahead
+        of this clock: see ``stats.renumbered`` and docs/decisions.md).
+        """
+        if event_type not in _PUBLISHABLE and not _publishable(event_type):
+            raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
+        session = fields.get("session")
+        if type(session) is not str or not session:
+            raise ValueError(f"an event needs a non-empty session string, got {session!r}")
+        kick = False
+        with self._lock:
+            if self._closed:
+                raise BusClosed("the bus is closed")
+            ts = self._clock()
+            seq = int(ts * 1000) * _SCALE
+            if seq <= self._last:
+                seq = self._last + 1
+            self._last = seq
+            fields["id"] = f"{self.epoch}-{seq}"
+            fields["ts"] = ts
+            event = event_type(**fields)
+            outbox = self._outbox
+            outbox.append(event)
+            self._published += 1
+            if len(outbox) > self.outbox_limit:
+                self._overflow(event)
+            if not self._kick_pending:
+                self._kick_pending = kick = True
+        if kick:
+            self._kick()
+        return event
+
+    def _overflow(self, newest: Event) -> None:
+        """The outbox is over its limit (Redis away): apply ``outbox_overflow``."""
+        outbox = self._outbox
+        if self.outbox_overflow == "drop-deltas" and type(newest) in _DROPPABLE:
+            outbox.pop()
+            dropped = 1
+        elif self.outbox_overflow == "drop-deltas" and len(outbox) <= 2 * self.outbox_limit:
+            return
+        elif len(outbox) > self._inflight:
+            del outbox[self._inflight]
+            dropped = 1
+        else:  # pragma: no cover - the in-flight batch is never above the limit
+            return
+        self._settled += dropped
+        if self._stats.dropped == 0 or self._stats.dropped % 10_000 == 0:
+            logger.error(
+                "outbox full (%d events, Redis unreachable): dropping events (%s)",
+                len(outbox),
+                self.outbox_overflow,
+            )
+        self._stats.dropped += dropped
+
+    def _kick(self) -> None:
+        """Wake the flusher (from any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                if current_backend() == "trio":
+                    _require_asyncio("publish()")
+                return  # no loop yet: the outbox is flushed once one starts the bus
+            self._start_here()
+            return
+        event = self._event
+        assert event is not None
+        if threading.get_ident() == self._loop_thread:
+            event.set()
+        else:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    async def flush(self, *, timeout: float | None = None) -> None:
+        """Wait until every event published before this call reached Redis (or was
+        dropped by the outbox policy). ``TimeoutError`` after ``timeout`` seconds."""
+        _require_asyncio("flush()")
+        if not self._closed:
+            self._start_here()
+        target = self._published
+        await self._settle(target, None if timeout is None else time.monotonic() + timeout)
+
+    async def _settle(self, target: int, deadline: float | None) -> None:
+        delay = 0.0005
+        while self._settled < target:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{target - self._settled} events not yet written to Redis "
+                    f"({_redact(self.url)} unreachable?)"
+                )
+            if not self._tasks and not self._closed:
+                self._start_here()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _flusher(self) -> None:
+        event = self._event
+        assert event is not None
+        backoff = 0.05
+        while True:
+            await event.wait()
+            event.clear()
+            with self._lock:
+                self._kick_pending = False
+            while True:
+                with self._lock:
+                    n = min(len(self._outbox), self.batch)
+                    batch = [self._outbox[i] for i in range(n)]
+                    self._inflight = n
+                if not batch:
+                    break
+                try:
+                    await self._write(batch)
+                except _RETRYABLE as exc:
+                    self._stats.flush_errors += 1
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
+                        logger.warning(
+                            "Redis unreachable (%s); keeping events in the outbox", exc
+                        )
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+                except redis.ResponseError as exc:
+                    # Not a connection problem: retrying the same batch would fail the
+                    # same way forever. Drop it, loudly, so the rest can go.
+                    self._stats.flush_errors += 1
+                    self._stats.dropped += len(batch)
+                    logger.error("Redis refused %d events, dropped: %s", len(batch), exc)
+                if self._down_since is not None:
+                    logger.warning(
+                        "Redis reachable again after %.1f s",
+                        time.monotonic() - self._down_since,
+                    )
+                    self._down_since = None
+                backoff = 0.05
+                with self._lock:
+                    for _ in range(len(batch)):
+                        self._outbox.popleft()
+                    self._inflight = 0
+                    self._settled += len(batch)
+                await self._checkpoints(batch)
+
+    async def _write(self, batch: list[Event]) -> None:
+        args: list[Any] = [
+            self.prefix,
+            self.token,
+            secrets.token_hex(6),
+            int(self.session_ttl),
+            int(self.lease * 1000),
+        ]
+        dumps = json.dumps
+        kinds = _KINDS
+        for ev in batch:
+            data = to_dict(ev)
+            del data["id"]
+            args += (
+                ev.session,
+                _seq_entry(int(ev.id.rpartition("-")[2])),
+                kinds.get(type(ev), ""),
+                ev.call_id or "",
+                ev.run_id or "",
+                ev.tool or "",
+                dumps(data, separators=(",", ":"), ensure_ascii=False),
+            )
+        result = await self._flush_script(args=args)
+        self._registered = True
+        self._set_epoch(result[0])
+        stats = self._stats
+        for ev, r in zip(batch, result[1:], strict=True):
+            if r == 0:
+                stats.flushed += 1
+            elif r == 1:
+                stats.duplicates += 1
+            elif r == 2:
+                stats.fenced += 1
+                logger.warning(
+                    "dropped %s of call %s (session %s): a reaper already closed it "
+                    "(this process's lease had run out)",
+                    ev.type,
+                    ev.call_id,
+                    ev.session,
+                )
+            else:
+                stats.flushed += 1
+                stats.renumbered += 1
+                seq = _entry_seq(str(r))
+                with self._lock:
+                    self._last = max(self._last, seq)
+
+    async def _checkpoints(self, batch: list[Event]) -> None:
+        """Every ``replay // 4`` events written to a session, store its state as of
+        ``replay`` events back and trim the stream up to there."""
+        step = max(self.replay // 4, 1)
+        due: dict[str, str] = {}
+        for ev in batch:
+            session = ev.session
+            marks = self._marks.get(session)
+            if marks is None:
+                if len(self._marks) > 10_000:
+                    self._marks.clear()  # bounded; a forgotten session just trims later
+                marks = self._marks[session] = ([0], deque())
+            count = marks[0][0] = marks[0][0] + 1
+            if count % step == 0:
+                marks[1].append((count, _seq_entry(int(ev.id.rpartition("-")[2]))))
+            while marks[1] and count - marks[1][0][0] >= self.replay:
+                due[session] = marks[1].popleft()[1]
+        for session, entry in due.items():
+            try:
+                await self._checkpoint(session, entry)
+            except _RETRYABLE as exc:
+                logger.info("checkpoint of %s skipped: %s", session, exc)
+
+    async def _checkpoint(self, session: str, entry: str) -> None:
+        state = await self._read_state(session, upto=entry)
+        view = state.base
+        for _, ev in state.events:
+            view.apply(ev)
+        reset = StreamReset(
+            id=f"{state.epoch}-{_entry_seq(entry)}",
+            session=session,
+            ts=self._clock(),
+            snapshot=view.snapshot(),
+        )
+        blob = json.dumps(to_dict(reset), separators=(",", ":"), ensure_ascii=False)
+        await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl)])
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _leases(self) -> None:
+        """Renew this process's lease; close the calls of writers whose lease ran out."""
+        every = self.lease / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                if self._registered:
+                    ttl = int(self.session_ttl)
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        pipe.set(
+                            f"{self.prefix}:w:{self.token}", "1", px=int(self.lease * 1000)
+                        )
+                        pipe.sadd(f"{self.prefix}:workers", self.token)
+                        pipe.expire(f"{self.prefix}:open:{self.token}", ttl)
+                        await pipe.execute()
+                if self.reap:
+                    await self.reap_lost()
+            except _RETRYABLE as exc:
+                logger.debug("lease renewal failed: %s", exc)
+
+    async def reap_lost(self) -> int:
+        """Close (``tool.cancelled``, reason ``"worker lost"``) the open calls and runs of
+        every writer whose lease ran out; returns how many events that wrote. Each lost
+        writer is reaped exactly once, whichever processes try. Runs every ``lease / 3``
+        seconds on its own when ``reap=True``."""
+        workers = await self._redis.smembers(f"{self.prefix}:workers")
+        others = sorted(w for w in workers if w != self.token)
+        if not others:
+            return 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for w in others:
+                pipe.exists(f"{self.prefix}:w:{w}")
+            alive = await pipe.execute()
+        total = 0
+        for w, held in zip(others, alive, strict=True):
+            if held:
+                continue
+            n = await self._reap_script(
+                args=[self.prefix, w, "worker lost", int(self.session_ttl), "0"]
+            )
+            if n > 0:
+                logger.warning("writer %s lost its lease: closed %d open calls/runs", w, n)
+                total += n
+        self._stats.reaped += total
+        return total
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _decode(self, epoch: str, entry: str, fields: Any) -> Event | None:
+        try:
+            data = json.loads(fields["e"] if isinstance(fields, dict) else _pairs(fields)["e"])
+            data["id"] = f"{epoch}-{_entry_seq(entry)}"
+            return from_dict(data)
+        except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
+            logger.warning("skipped a malformed stream entry %s: %s", entry, exc)
+            return None
+
+    def _parse_state(self, raw: Sequence[Any]) -> _State:
+        epoch, last, maxdel, ck_id, ck_state, entries = raw
+        view = LiveView(max_finished=self._max_finished, compare=self.compare)
+        floor = _entry_seq(maxdel)
+        if ck_id:
+            floor = max(floor, _entry_seq(ck_id))
+            try:
+                reset = from_dict(json.loads(ck_state))
+                view.apply(reset)
+            except (ValueError, EventDecodeError) as exc:
+                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
+        events = []
+        for entry, fields in entries:
+            ev = self._decode(epoch, entry, fields)
+            if ev is not None:
+                events.append((_entry_seq(entry), ev))
+        return _State(epoch or "", _entry_seq(last), floor, view, events)
+
+    async def _read_state(self, session: str, upto: str = "+") -> _State:
+        raw = await self._state_script(args=[self.prefix, session, upto])
+        state = self._parse_state(raw)
+        if state.epoch != self.epoch:
+            epoch = await self._ensure_epoch() if not state.epoch else state.epoch
+            self._set_epoch(epoch)
+            state = attrs.evolve(state, epoch=epoch)
+        return state
+
+    async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
+        """The session's calls, runs and batches as they stand, read from Redis plus
+        this process's events not yet written (the async form of :meth:`snapshot`)."""
+        _require_asyncio("fetch_snapshot()")
+        state = await self._read_state(session)
+        return self._snapshot_of(session, state, run)
+
+    def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
+        """The session's calls, runs and batches as they stand now.
+
+        Blocks for one round trip to Redis (the Bus protocol makes this call
+        synchronous); in async code prefer ``await bus.fetch_snapshot(session)``.
+        """
+        try:
+            raw = self._sync_state(args=[self.prefix, session, "+"])
+        except _NETWORK_ERRORS as exc:
+            raise BusUnavailable(f"cannot reach Redis at {_redact(self.url)}: {exc}") from exc
+        return self._snapshot_of(session, self._parse_state(cast(Sequence[Any], raw)), run)
+
+    def _snapshot_of(self, session: str, state: _State, run: str | None) -> Snapshot:
+        view = state.base
+        top = 0
+        for seq, ev in state.events:
+            view.apply(ev)
+            top = seq
+        with self._lock:
+            pending = [ev for ev in self._outbox if ev.session == session]
+        for ev in pending:  # written meanwhile or not: apply what Redis did not show
+            if int(ev.id.rpartition("-")[2]) > top:
+                view.apply(ev)
+        return view.snapshot(run_id=run)
+
+    def _reader(self) -> aredis.Redis:
+        """A client with one connection of its own, for one subscription's blocking reads."""
+        return aredis.Redis.from_url(self.url, single_connection_client=True, **self._options)
+
+    def subscribe(
+        self,
+        *types: type[Event],
+        session: str | None = None,
+        run: str | None = None,
+        after: str | None = None,
+        snapshot: bool = False,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+        with_state: bool = False,
+        inclusive: bool = False,
+        with_history: bool = False,
+    ) -> RedisSubscription[Any]:
+        """Subscribe to one session's events, as :meth:`toolstream.EventBus.subscribe`.
+
+        The subscription learns where it starts on its first read (or ``await
+        sub.prepare()``): after this process's events published before this call are
+        in Redis, so a process reads its own writes. ``session`` is required: each
+        session is its own Redis stream.
+        """
+        for t in types:
+            if not (isinstance(t, type) and issubclass(t, Event)):
+                raise TypeError(f"subscribe() takes event classes, got {t!r}")
+        if after is not None and snapshot:
+            raise ValueError("after= and snapshot=True exclude each other")
+        if inclusive and after is None:
+            raise ValueError("inclusive=True needs after=")
+        if session is None:
+            raise ValueError(
+                "RedisBus subscriptions need session=: each session is one Redis stream "
+                "(see docs/scaling.md)"
+            )
+        if not isinstance(session, str) or not session:
+            raise ValueError(f"session must be a non-empty string, got {session!r}")
+        if not isinstance(buffer, int) or buffer < 1:
+            raise ValueError(f"buffer must be a positive int, got {buffer!r}")
+        if overflow not in ("coalesce", "disconnect"):
+            raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
+        _require_asyncio("subscribe()")
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        self._start_here()
+        with self._lock:
+            since = max(self._last, int(self._clock() * 1000) * _SCALE - 1)
+            barrier = self._published
+        sub: RedisSubscription[Any] = RedisSubscription(
+            self,
+            types,
+            session,
+            run,
+            buffer,
+            overflow,
+            after=after,
+            snapshot=snapshot,
+            inclusive=inclusive,
+            with_state=with_state,
+            with_history=with_history,
+            since=since,
+            barrier=barrier,
+        )
+        self._subs.add(sub)
+        return sub
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+class RedisSubscription(Subscription[E_co]):
+    """A :class:`~toolstream.Subscription` fed by blocking XREADs on a connection of its
+    own. It survives Redis restarts (reconnecting, continuing from its cursor) and
+    releases its connection when closed or cut."""
+
+    def __init__(
+        self,
+        bus: RedisBus,
+        types: Sequence[type[Event]],
+        session: str,
+        run: str | None,
+        buffer: int,
+        overflow: Overflow,
+        *,
+        after: str | None,
+        snapshot: bool,
+        inclusive: bool,
+        with_state: bool,
+        with_history: bool,
+        since: int,
+        barrier: int,
+    ) -> None:
+        host = _Host()
+        host._stats = bus._sub_stats
+        super().__init__(host, types, session, run, buffer, overflow)
+        self._rbus = bus
+        self._host = host
+        self._log = _Log(session, 0, None)
+        self._after = after
+        self._snapshot = snapshot
+        self._inclusive = inclusive
+        self._with_state = with_state
+        self._with_history = with_history
+        self._since = since
+        self._barrier = barrier
+        self._prepared = False
+        self._prep_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._task_loop: asyncio.AbstractEventLoop | None = None
+        self._entry = "0-0"
+        self._epoch = bus.epoch
+        #: Reconnections to Redis this subscription made (a restart, a dropped link).
+        self.reconnects = 0
+
+    # -- starting ----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Read where the subscription starts from Redis (its reset, ``state``,
+        ``history``) and start its reader. ``BusUnavailable`` if Redis cannot be
+        reached within the bus's ``connect_timeout``."""
+        if self._prepared:
+            return
+        async with self._prep_lock:
+            if self._prepared or self.closed:
+                return
+            bus = self._rbus
+            deadline = time.monotonic() + bus.connect_timeout
+            try:
+                await bus._settle(self._barrier, deadline)
+            except TimeoutError:
+                pass  # Redis is away: the read below says so
+            delay = 0.05
+            while True:
+                try:
+                    state = await bus._read_state(self.session or "")
+                    break
+                except _RETRYABLE as exc:
+                    if time.monotonic() + delay > deadline:
+                        raise BusUnavailable(
+                            f"cannot reach Redis at {_redact(bus.url)}: {exc}"
+                        ) from exc
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            self._start(state)
+            self._prepared = True
+            loop = asyncio.get_running_loop()
+            self._task_loop = loop
+            if not self.closed:
+                self._task = loop.create_task(self._read_loop(), name="toolstream-redis-reader")
+
+    def _start(self, st: _State) -> None:
+        bus = self._rbus
+        run = self.run
+        epoch = st.epoch
+        self._epoch = epoch
+        events = st.events
+        after = self._after
+        cursor: int | None = None
+        if after is not None:
+            cursor = self._cursor_for(after, st)
+        live_from = min(st.last, self._since)
+        need_reset = self._snapshot or (after is not None and cursor is None)
+        if cursor is None:
+            cursor = live_from
+        k = next((i for i, (seq, _) in enumerate(events) if seq > cursor), len(events))
+        head, tail = events[:k], [ev for _, ev in events[k:]]
+        view = st.base.copy() if (self._with_history or need_reset or run) else st.base
+        if self._with_history and not need_reset:
+            self.history_state = st.base.snapshot(run_id=run)
+            self.history = [ev for _, ev in head]
+        for _, ev in head:
+            view.apply(ev)
+        done = False
+        if run is not None:
+            end = view.copy()
+            for ev in tail:
+                end.apply(ev)
+            info = end.runs.get(run)
+            if info is not None and info.state != "running":
+                ends_after = any(type(e) is RunFinished and e.run_id == run for e in tail)
+                if need_reset or not ends_after:
+                    need_reset, done, view = True, True, end
+        reset: StreamReset | None = None
+        if need_reset:
+            if after is not None:
+                bus._stats.resets += 1
+            position = cursor if not done else (events[-1][0] if events else st.last)
+            reset = StreamReset(
+                id=f"{epoch}-{position}",
+                session=self.session or "",
+                ts=bus._clock(),
+                run_id=run,
+                snapshot=view.snapshot(run_id=run),
+            )
+        with self._host._lock:
+            if reset is not None:
+                self._pending = [reset]
+                self.starts_with_reset = True
+                self._done = done
+            self.start_after = after if after is not None and reset is None else None
+            if self.start_after is None:
+                self.start_after = reset.id if reset is not None else f"{epoch}-{cursor}"
+            if self._with_state:
+                self.state = reset.snapshot if reset is not None else view.snapshot(run_id=run)
+            if not done:
+                self._log.events.extend(tail)
+                if after is not None and reset is None:
+                    self._replay_end = len(tail)
+            self._entry = _seq_entry(max(st.last, events[-1][0] if events else 0))
+
+    def _cursor_for(self, after: str, st: _State) -> int | None:
+        try:
+            epoch, seq = parse_event_id(after)
+        except ValueError:
+            return None
+        if epoch != st.epoch or seq > st.last:
+            return None
+        if self._inclusive:
+            return seq - 1 if seq > st.floor else None
+        return seq if seq >= st.floor else None
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        bus = self._rbus
+        key = f"{bus.prefix}:s:{self.session}"
+        count = max(1, min(512, bus.replay // 2))
+        client: aredis.Redis | None = None
+        delay = 0.05
+        try:
+            while not self.closed:
+                try:
+                    if client is None:
+                        client = bus._reader()
+                        epoch = await client.get(f"{bus.prefix}:epoch")
+                        if epoch != self._epoch:
+                            await self._epoch_lost(client)
+                            continue
+                    reply = await client.xread({key: self._entry}, count=count, block=5000)
+                    delay = 0.05
+                except _RETRYABLE as exc:
+                    if client is not None:
+                        await _close_quietly(client)
+                        client = None
+                        self.reconnects += 1
+                        logger.info("subscription to %s lost Redis (%s), reconnecting", key, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                if not reply:
+                    continue
+                entries = reply[0][1]
+                before = self._entry
+                events = []
+                for entry, fields in entries:
+                    ev = bus._decode(self._epoch, entry, fields)
+                    if ev is not None:
+                        events.append(ev)
+                self._entry = entries[-1][0]
+                if len(entries) == count and await self._trimmed_past(client, key, before):
+                    self._cut_now("events it had not read were trimmed from Redis")
+                    return
+                if not self._append(events):
+                    return
+        finally:
+            if client is not None:
+                await _close_quietly(client)
+
+    async def _trimmed_past(self, client: aredis.Redis, key: str, entry: str) -> bool:
+        """Whether events after ``entry`` were trimmed before this reader got them."""
+        try:
+            info = await client.xinfo_stream(key)
+        except redis.ResponseError:
+            return True  # the stream is gone (expired)
+        maxdel = info.get("max-deleted-entry-id") or "0-0"
+        return _entry_seq(str(maxdel)) > _entry_seq(entry)
+
+    async def _epoch_lost(self, client: aredis.Redis) -> None:
+        """Redis came back without its data: deliver a reset of what it has now."""
+        bus = self._rbus
+        await bus._ensure_epoch()
+        state = await bus._read_state(self.session or "")
+        view = state.base
+        for _, ev in state.events:
+            view.apply(ev)
+        top = max(state.last, state.events[-1][0] if state.events else 0)
+        reset = StreamReset(
+            id=f"{state.epoch}-{top}",
+            session=self.session or "",
+            ts=bus._clock(),
+            run_id=self.run,
+            snapshot=view.snapshot(run_id=self.run),
+        )
+        bus._stats.resets += 1
+        self._epoch = state.epoch
+        self._entry = _seq_entry(top)
+        with self._host._lock:
+            self._pending.append(reset)
+            wakes = self._take_waiters()
+        _wake(wakes)
+
+    def _take_waiters(self) -> list[Any]:
+        log = self._log
+        assert log is not None
+        wakes = log.waiters
+        log.waiters = []
+        if self._host._wakes:
+            wakes = wakes + self._host._wakes
+            self._host._wakes = []
+        return wakes
+
+    def _append(self, events: list[Event]) -> bool:
+        """Add events read from Redis; False when the subscription stops reading (cut,
+        closed)."""
+        log = self._log
+        assert log is not None
+        host = self._host
+        with host._lock:
+            if self.closed:
+                return False
+            done = self._cursor - log.base
+            if done > 0:  # drop what the consumer already took
+                del log.events[:done]
+                log.base = self._cursor
+            log.events.extend(events)
+            over = log.end - max(self._cursor, self._replay_end) > self._limit
+            if over:
+                host._cut(self, log)
+            wakes = self._take_waiters()
+        _wake(wakes)
+        return not over
+
+    def _cut_now(self, why: str) -> None:
+        log = self._log
+        assert log is not None
+        with self._host._lock:
+            self._host._cut(self, log)
+            wakes = self._take_waiters()
+        _wake(wakes)
+        logger.info("subscription to %s cut: %s", self.session, why)
+
+    async def _fill(self) -> bool:
+        if not self._prepared:
+            await self.prepare()
+        return await super()._fill()
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the subscription: its reader stops and its connection closes."""
+        super().close()
+        self._rbus._subs.discard(self)
+        task, loop = self._task, self._task_loop
+        if task is not None and loop is not None and not task.done():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                task.cancel()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(task.cancel)
+
+    async def aclose(self) -> None:
+        """Release the subscription and wait until its connection is closed."""
+        self.close()
+        task = self._task
+        if task is not None and self._task_loop is asyncio.get_running_loop():
+            # Python 3.10/3.11's wait_for (inside redis-py's send) can swallow a
+            # cancellation that lands as a write completes: cancel until it ends.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.05)
+            if not task.cancelled() and task.exception() is not None:
+                logger.error("subscription reader failed: %r", task.exception())
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _wake(wakes: list[Any]) -> None:
+    if wakes:
+        tid = threading.get_ident()
+        for _, waiter in wakes:
+            waiter.wake(tid)
+
+
+async def _close_quietly(client: aredis.Redis) -> None:
+    try:
+        await asyncio.shield(client.aclose())
+    except Exception:  # pragma: no cover - closing a dead connection
+        pass
+

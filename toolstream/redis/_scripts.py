@@ -1,0 +1,186 @@
+"""The Lua scripts RedisBus runs: each is one atomic step on the Redis server.
+
+Key layout (``P`` is the prefix, ``S`` a session):
+
+- ``P:epoch``        the keyspace's epoch token (event ids carry it; a new one means
+                     the data was lost and every cursor gets a reset)
+- ``P:s:S``          the session's events: a stream, one entry per event, field ``e``
+                     holding the event's native JSON without its id
+- ``P:ck:S``         the session's checkpoint: ``id`` (an entry id) and ``state`` (a
+                     ``stream.reset`` JSON: the session's state after that entry);
+                     the stream is trimmed only up to it
+- ``P:hw:S``         per writer token, the highest entry id it wrote (idempotency)
+- ``P:w:T``          writer T's lease (expires unless renewed)
+- ``P:workers``      the writer tokens that hold or held a lease
+- ``P:open:T``       writer T's open calls and runs (closed by a reaper if T is lost)
+- ``P:fenced:T``     calls of T a reaper closed: later events for them are dropped
+
+Entry ids are compared numerically (``ms-n``), never as strings.
+"""
+
+from __future__ import annotations
+
+_LE = """
+local function le(a, b)
+  local am, an = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bn = string.match(b, '^(%d+)-(%d+)$')
+  am, an, bm, bn = tonumber(am), tonumber(an), tonumber(bm), tonumber(bn)
+  return am < bm or (am == bm and an <= bn)
+end
+"""
+
+#: ARGV: prefix, token, new_epoch, ttl_s, lease_ms, then 7 per event:
+#: session, entry id, kind (o: opens a call, t: ends it, r: run starts, f: run ends,
+#: '' other), call id, run id, tool, JSON.
+#: Returns {epoch, r1, r2, ...}: 0 written, 1 already written (a retry), 2 dropped
+#: (its call was closed by a reaper), or the entry id it was written under instead
+#: (another writer's entries were ahead of this writer's clock).
+FLUSH = (
+    _LE
+    + """
+local p, token, new_epoch = ARGV[1], ARGV[2], ARGV[3]
+local ttl, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local epoch = redis.call('GET', p .. ':epoch')
+if not epoch then
+  redis.call('SET', p .. ':epoch', new_epoch)
+  epoch = new_epoch
+end
+local out = {epoch}
+redis.call('SET', p .. ':w:' .. token, '1', 'PX', lease)
+redis.call('SADD', p .. ':workers', token)
+local open = p .. ':open:' .. token
+local fenced_key = p .. ':fenced:' .. token
+local fenced = redis.call('EXISTS', fenced_key) == 1
+local hw, wrote = {}, {}
+for i = 6, #ARGV, 7 do
+  local s, id, kind, cid, rid, tool, json =
+    ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local mine = hw[s]
+  if mine == nil then
+    mine = redis.call('HGET', p .. ':hw:' .. s, token) or false
+    hw[s] = mine
+  end
+  local r = 0
+  if mine and le(id, mine) then
+    r = 1
+  elseif fenced and ((cid ~= '' and
+      redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1) or
+      (kind == 'f' and redis.call('SISMEMBER', fenced_key, cjson.encode({'r', s, rid})) == 1)) then
+    r = 2
+  else
+    local key = p .. ':s:' .. s
+    local written = id
+    local ok = redis.pcall('XADD', key, id, 'e', json)
+    if type(ok) == 'table' and ok.err then
+      written = redis.call('XADD', key, '*', 'e', json)
+      r = written
+    end
+    hw[s] = written
+    wrote[s] = true
+    if kind == 'o' then
+      redis.call('HSETNX', open, cjson.encode({'c', s, cid}), cjson.encode({tool, rid}))
+    elseif kind == 't' then
+      redis.call('HDEL', open, cjson.encode({'c', s, cid}))
+    elseif kind == 'r' then
+      redis.call('HSETNX', open, cjson.encode({'r', s, rid}), '[]')
+    elseif kind == 'f' then
+      redis.call('HDEL', open, cjson.encode({'r', s, rid}))
+    end
+  end
+  out[#out + 1] = r
+end
+for s, _ in pairs(wrote) do
+  redis.call('HSET', p .. ':hw:' .. s, token, hw[s])
+  redis.call('EXPIRE', p .. ':s:' .. s, ttl)
+  redis.call('EXPIRE', p .. ':hw:' .. s, ttl)
+  redis.call('EXPIRE', p .. ':ck:' .. s, ttl)
+end
+redis.call('EXPIRE', open, ttl)
+return out
+"""
+)
+
+#: ARGV: prefix, session, upto ('+' or an entry id).
+#: Returns {epoch or '', last-generated id, max-deleted id, checkpoint id or '',
+#: checkpoint state or '', entries after the checkpoint up to ``upto``}.
+READ_STATE = """
+local p, s, upto = ARGV[1], ARGV[2], ARGV[3]
+local key = p .. ':s:' .. s
+local epoch = redis.call('GET', p .. ':epoch') or ''
+local last, maxdel = '0-0', '0-0'
+if redis.call('EXISTS', key) == 1 then
+  local info = redis.call('XINFO', 'STREAM', key)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1]
+    elseif info[i] == 'max-deleted-entry-id' then maxdel = info[i + 1] end
+  end
+end
+local ck = redis.call('HMGET', p .. ':ck:' .. s, 'id', 'state')
+local from = '-'
+if ck[1] then from = '(' .. ck[1] end
+local entries = {}
+if upto == '+' or not ck[1] or upto ~= ck[1] then
+  entries = redis.call('XRANGE', key, from, upto)
+end
+return {epoch, last, maxdel, ck[1] or '', ck[2] or '', entries}
+"""
+
+#: ARGV: prefix, session, entry id, state JSON, ttl_s. Stores the checkpoint if it is
+#: newer than the stored one and trims the stream up to it. Returns 1 or 0.
+CHECKPOINT = (
+    _LE
+    + """
+local p, s, id, state, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local ckkey = p .. ':ck:' .. s
+local cur = redis.call('HGET', ckkey, 'id')
+if cur and le(id, cur) then return 0 end
+redis.call('HSET', ckkey, 'id', id, 'state', state)
+redis.call('XTRIM', p .. ':s:' .. s, 'MINID', id)
+redis.call('EXPIRE', ckkey, ttl)
+return 1
+"""
+)
+
+#: ARGV: prefix, token, reason, ttl_s, force ('1': even if its lease is held).
+#: Closes every call (tool.cancelled) and run (run.finished, cancelled) writer
+#: ``token`` left open, once: returns how many events it wrote, or -1 if the lease
+#: is still held.
+REAP = """
+local p, token, reason, ttl, force = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+if force ~= '1' and redis.call('EXISTS', p .. ':w:' .. token) == 1 then return -1 end
+local open = p .. ':open:' .. token
+local items = redis.call('HGETALL', open)
+local t = redis.call('TIME')
+local ts = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local fenced_key = p .. ':fenced:' .. token
+local n = 0
+local runs = {}
+for i = 1, #items, 2 do
+  local f = cjson.decode(items[i])
+  local kind, s, id = f[1], f[2], f[3]
+  if kind == 'c' then
+    local v = cjson.decode(items[i + 1])
+    local ev = {v = 1, type = 'tool.cancelled', session = s, ts = ts, call_id = id,
+                tool = v[1], reason = reason}
+    if v[2] ~= '' then ev['run_id'] = v[2] end
+    redis.call('XADD', p .. ':s:' .. s, '*', 'e', cjson.encode(ev))
+    redis.call('SADD', fenced_key, cjson.encode({'c', s, id}))
+    redis.call('EXPIRE', p .. ':s:' .. s, ttl)
+    n = n + 1
+  else
+    runs[#runs + 1] = {s, id}
+  end
+end
+for _, r in ipairs(runs) do
+  local ev = {v = 1, type = 'run.finished', session = r[1], ts = ts, call_id = '', tool = '',
+              run_id = r[2], outcome = 'cancelled',
+              error = {type = 'WorkerLost', message = reason}}
+  redis.call('XADD', p .. ':s:' .. r[1], '*', 'e', cjson.encode(ev))
+  redis.call('SADD', fenced_key, cjson.encode({'r', r[1], r[2]}))
+  n = n + 1
+end
+redis.call('DEL', open)
+redis.call('SREM', p .. ':workers', token)
+redis.call('EXPIRE', fenced_key, ttl)
+return n
+"""
