@@ -13,6 +13,15 @@ from pathlib import Path
 REDIS_SERVER = shutil.which("redis-server")
 
 
+def require_redis() -> None:
+    """Skip (or, under TOOLSTREAM_REQUIRE_ALL=1, fail) a test that needs redis-server."""
+    from tests.conftest import require
+
+    require(
+        REDIS_SERVER is not None, "redis-server not installed (Debian: apt install redis-server)"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

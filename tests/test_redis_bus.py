@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from typing import Any, cast
 
+import anyio
 import pytest
+import redis
 
-from tests.conftest import require
-from tests.redis_server import REDIS_SERVER, RedisServer
+import toolstream as ts
+from tests.redis_server import RedisServer, require_redis
+from tests.servers import eventually
+from toolstream.redis import RedisBus
 from toolstream.testing import BusFactory, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,7 +28,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    require(REDIS_SERVER is not None, "redis-server not installed (Debian: apt install redis-server)")
+    require_redis()
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
@@ -31,8 +36,6 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 def bus_factory(server: RedisServer, **options: object) -> BusFactory:
-    from toolstream.redis import RedisBus
-
     def make() -> RedisBus:
         return RedisBus(server.url, prefix=f"t{uuid.uuid4().hex[:10]}", **options)  # type: ignore[arg-type]
 
@@ -46,5 +49,406 @@ async def test_redis_bus_conforms(
     await check(bus_factory(redis_server))
 
 
-def test_path_unused(tmp_path: Path) -> None:
-    assert tmp_path.exists()
+@pytest.fixture
+def own_redis(tmp_path: Any) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, for tests that stop or restart it."""
+    require_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def make_bus(server: RedisServer, **options: Any) -> RedisBus:
+    options.setdefault("prefix", f"t{uuid.uuid4().hex[:10]}")
+    return RedisBus(server.url, **options)
+
+
+def raw(server: RedisServer) -> redis.Redis:
+    return redis.Redis.from_url(server.url, decode_responses=True)
+
+
+async def take(sub: ts.Subscription[Any], count: int, within: float = 10.0) -> list[ts.Event]:
+    out: list[ts.Event] = []
+    with anyio.fail_after(within):
+        async for event in sub:
+            out.append(event)
+            if len(out) >= count:
+                break
+    return out
+
+
+def test_trio_is_refused(redis_server: RedisServer) -> None:
+    import trio
+
+    bus = make_bus(redis_server)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            bus.subscribe(session="s")
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            await bus.start()
+
+    trio.run(main)
+
+
+def test_bad_arguments(redis_server: RedisServer) -> None:
+    with pytest.raises(ValueError, match="prefix"):
+        RedisBus(redis_server.url, prefix="")
+    with pytest.raises(ValueError, match="replay"):
+        RedisBus(redis_server.url, replay=0)
+    with pytest.raises(ValueError, match="outbox_overflow"):
+        RedisBus(redis_server.url, outbox_overflow="drop-all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lease"):
+        RedisBus(redis_server.url, lease=0.01)
+
+
+def test_unreachable_redis_is_a_clear_error() -> None:
+    from tests.redis_server import free_port
+
+    url = f"redis://user:hunter2@127.0.0.1:{free_port()}/0"
+    with pytest.raises(ts.BusUnavailable, match="cannot reach Redis") as info:
+        RedisBus(url, connect_timeout=0.5)
+    assert "hunter2" not in str(info.value), "the password must not be echoed"
+
+
+async def test_session_is_required_and_types_checked(redis_server: RedisServer) -> None:
+    bus = make_bus(redis_server)
+    try:
+        with pytest.raises(ValueError, match="session="):
+            bus.subscribe()
+        with pytest.raises(TypeError, match="event classes"):
+            bus.subscribe(dict, session="s")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not a lifecycle event class"):
+            bus.publish(dict, session="s")  # type: ignore[type-var]
+        with pytest.raises(ValueError, match="non-empty session"):
+            bus.publish(ts.ToolStarted, session="", call_id="c", tool="t")
+    finally:
+        await bus.aclose()
+    with pytest.raises(ts.BusClosed):
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+
+
+async def test_tracker_and_sse_stack_run_unchanged(redis_server: RedisServer) -> None:
+    """A Tracker publishes through RedisBus; a second bus (another process's view of the
+    same Redis) sees the same ids, and its snapshot agrees."""
+    writer = make_bus(redis_server)
+    reader = RedisBus(redis_server.url, prefix=writer.prefix)
+    try:
+        async with reader.subscribe(session="s", snapshot=True) as sub:
+            async with (
+                ts.Tracker(writer, session="s") as tracker,
+                tracker.run(run_id="r1"),
+                tracker.call("search", {"q": "x", "api_key": "sk-123"}) as call,
+            ):
+                call.progress(0.5, message="half")
+                call.complete(["a"])
+            got = await take(sub, 6)
+        assert isinstance(got[0], ts.StreamReset)
+        kinds = [e.type for e in got[1:]]
+        assert kinds == [
+            "run.started",
+            "tool.started",
+            "tool.progress",
+            "tool.completed",
+            "run.finished",
+        ]
+        snap = await reader.fetch_snapshot("s")
+        assert [c.state.value for c in snap.calls] == ["completed"]
+        assert snap.calls[0].args == {"q": "x", "api_key": "[redacted]"}
+        assert reader.snapshot("s") == snap
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(own_redis: RedisServer) -> None:
+    bus = make_bus(own_redis)
+    r = raw(own_redis)
+    try:
+        await bus.start()
+        first = bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")
+        await bus.flush(timeout=5)
+        own_redis.stop()
+        published: list[ts.Event] = [first]
+        started = time.monotonic()
+        for i in range(200):
+            published.append(
+                bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
+            )
+        assert time.monotonic() - started < 1, "publishing never waits for Redis"
+        await anyio.sleep(0.3)  # the flusher fails and retries meanwhile
+        assert bus.stats.outbox >= 200
+        own_redis.start()
+        await bus.flush(timeout=10)
+        entries: list[tuple[str, Any]] = cast(Any, r.xrange(f"{bus.prefix}:s:s"))
+        ids = [
+            f"{bus.epoch}-{int(e.split('-')[0]) * 1_000_000 + int(e.split('-')[1])}"
+            for e, _ in entries
+        ]
+        assert ids == [e.id for e in published], "every event exactly once, in order"
+        assert bus.stats.flush_errors > 0
+        assert bus.stats.dropped == 0
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_a_retried_batch_is_not_written_twice(redis_server: RedisServer) -> None:
+    """The reply to a write can be lost after Redis applied it: writing the same batch
+    again must not duplicate anything (and the producer learns it was a duplicate)."""
+    bus = make_bus(redis_server)
+    r = raw(redis_server)
+    try:
+        events = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(5)
+        ]
+        await bus.flush(timeout=5)
+        await bus._write(events)  # the retry of a batch whose reply was lost
+        await bus._write(events[2:])
+        assert r.xlen(f"{bus.prefix}:s:s") == 5
+        assert bus.stats.duplicates == 8
+        assert bus.stats.flushed == 5
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_another_writer_ahead_gets_renumbered_not_lost(redis_server: RedisServer) -> None:
+    """A writer whose clock is behind the stream's newest entry (another process wrote
+    with a later clock) still gets its events in, in order, under later ids."""
+    ahead = make_bus(redis_server, clock=lambda: 4_000_000_000.0)
+    behind = RedisBus(redis_server.url, prefix=ahead.prefix)
+    try:
+        async with behind.subscribe(session="s", snapshot=True) as sub:
+            a = ahead.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+            await ahead.flush(timeout=5)
+            behind.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
+            await behind.flush(timeout=5)
+            got = await take(sub, 3)
+        assert [e.call_id for e in got[1:]] == ["a", "b"]
+        assert got[1].id == a.id
+        assert behind.compare(got[2].id, a.id) == 1
+        assert behind.stats.renumbered == 1
+        c = behind.publish(ts.ToolCompleted, session="s", call_id="b", tool="t")
+        assert behind.compare(c.id, got[2].id) == 1, "later ids after a renumbering"
+    finally:
+        await ahead.aclose()
+        await behind.aclose()
+
+
+async def test_subscription_survives_a_redis_restart(own_redis: RedisServer) -> None:
+    bus = make_bus(own_redis)
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            published: list[ts.Event] = []
+            got: list[ts.Event] = []
+            for i in range(20):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                )
+            got += await take(sub, 21)
+            own_redis.restart(kill=True)  # appendfsync always: nothing acknowledged is lost
+            for i in range(20, 40):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                )
+            got += await take(sub, 20, within=20)
+            assert isinstance(got[0], ts.StreamReset)
+            assert [e.id for e in got[1:]] == [e.id for e in published]
+            assert sub.reconnects >= 1
+    finally:
+        await bus.aclose()
+
+
+async def test_data_loss_gives_a_reset_not_a_silent_gap(own_redis: RedisServer) -> None:
+    bus = make_bus(own_redis)
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            bus.publish(ts.ToolStarted, session="s", call_id="old", tool="t")
+            got = await take(sub, 2)
+            cursor = got[-1].id
+            own_redis.restart(kill=True, wipe=True)  # Redis comes back empty
+            with anyio.fail_after(20):
+                while True:
+                    try:
+                        await bus.flush(timeout=0)
+                    except TimeoutError:
+                        pass
+                    if bus.epoch != cursor.rpartition("-")[0]:
+                        break
+                    bus.publish(ts.ToolProgress, session="x", call_id="c", tool="t")
+                    await anyio.sleep(0.1)
+            late = await take(sub, 1, within=20)
+            assert isinstance(late[0], ts.StreamReset), late
+        async with bus.subscribe(session="s", after=cursor) as sub:
+            first = await take(sub, 1)
+            assert isinstance(first[0], ts.StreamReset), "an old cursor is from another epoch"
+    finally:
+        await bus.aclose()
+
+
+async def test_cancelled_reads_do_not_poison_connections(redis_server: RedisServer) -> None:
+    bus = make_bus(redis_server)
+    r = raw(redis_server)
+
+    def connections() -> int:
+        return len(r.client_list())
+
+    try:
+        await bus.start()
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        baseline = connections()
+        for _ in range(5):
+            sub = bus.subscribe(session="s")
+            with anyio.move_on_after(0.2):  # cancelled while blocked in XREAD
+                async for _event in sub:
+                    pass
+            await sub.aclose()
+        await eventually(lambda: connections() <= baseline)
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            done = bus.publish(ts.ToolCompleted, session="s", call_id="c", tool="t")
+            got = await take(sub, 2)
+            assert got[-1].id == done.id
+        assert bus.snapshot("s").calls[0].state.value == "completed"
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_trimming_keeps_memory_bounded_and_resumes_exact(redis_server: RedisServer) -> None:
+    bus = make_bus(redis_server, replay=20)
+    r = raw(redis_server)
+    try:
+        early = bus.publish(ts.ToolStarted, session="s", call_id="early", tool="t")
+        events: list[ts.Event] = [early]
+        for i in range(300):
+            events.append(
+                bus.publish(ts.ToolProgress, session="s", call_id="early", tool="t", current=i)
+            )
+            if i == 150:
+                bus.publish(ts.ToolStarted, session="s", call_id="mid", tool="t")
+                bus.publish(ts.ToolCompleted, session="s", call_id="mid", tool="t", result=1)
+        await bus.flush(timeout=5)
+        length = r.xlen(f"{bus.prefix}:s:s")
+        assert 20 <= length <= 20 + 5 + 512, length
+        # A cursor trimmed away: a reset whose snapshot has every call as it stands.
+        async with bus.subscribe(session="s", after=early.id) as sub:
+            reset = (await take(sub, 1))[0]
+            assert isinstance(reset, ts.StreamReset)
+            states = {c.call_id: c.state.value for c in reset.snapshot.calls}
+            assert states == {"early": "running", "mid": "completed"}, states
+        # A recent cursor: exactly the events after it.
+        async with bus.subscribe(session="s", after=events[-5].id) as sub:
+            got = await take(sub, 4)
+            assert [e.id for e in got] == [e.id for e in events[-4:]]
+        # Another process computes the same snapshot.
+        other = RedisBus(redis_server.url, prefix=bus.prefix)
+        assert other.snapshot("s") == bus.snapshot("s")
+        await other.aclose()
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_session_ttl_expires_keys(redis_server: RedisServer) -> None:
+    bus = make_bus(redis_server, session_ttl=1)
+    r = raw(redis_server)
+    try:
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        assert r.exists(f"{bus.prefix}:s:s")
+        assert 0 < r.ttl(f"{bus.prefix}:s:s") <= 1
+        await eventually(lambda: not r.exists(f"{bus.prefix}:s:s"))
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_outbox_overflow_drops_deltas_and_keeps_lifecycle(own_redis: RedisServer) -> None:
+    bus = make_bus(own_redis, outbox=10)
+    try:
+        await bus.start()
+        own_redis.stop()
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+        for i in range(50):
+            bus.publish(ts.ToolOutputDelta, session="s", call_id="c", tool="t", text=str(i))
+        done = bus.publish(ts.ToolCompleted, session="s", call_id="c", tool="t")
+        assert bus.stats.dropped >= 40
+        own_redis.start()
+        await bus.flush(timeout=10)
+        snap = bus.snapshot("s")
+        assert snap.calls[0].state.value == "completed"
+        async with bus.subscribe(session="s", after=f"{bus.epoch}-0") as sub:
+            got = await take(sub, 11)
+            assert got[0].type == "tool.started" and got[-1].id == done.id
+    finally:
+        await bus.aclose()
+
+
+async def test_malformed_entries_are_skipped(redis_server: RedisServer) -> None:
+    bus = make_bus(redis_server)
+    r = raw(redis_server)
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            await take(sub, 1)
+            r.xadd(f"{bus.prefix}:s:s", {"e": "{not json"})
+            r.xadd(f"{bus.prefix}:s:s", {"other": "field"})
+            bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+            got = await take(sub, 1)
+            # The foreign entries used Redis's clock: ours comes after them, renumbered.
+            assert [(e.type, e.call_id) for e in got] == [("tool.started", "c")]
+    finally:
+        await bus.aclose()
+        r.close()
+
+
+async def test_lost_worker_calls_closed_exactly_once(redis_server: RedisServer) -> None:
+    """A writer that stops renewing its lease has its open calls closed as cancelled,
+    reason "worker lost", once, by whichever surviving process gets there; whatever the
+    lost writer sends for those calls afterwards is dropped (one terminal per call)."""
+    worker = make_bus(redis_server, lease=0.6, reap=False)
+    gateways = [RedisBus(redis_server.url, prefix=worker.prefix, lease=0.6) for _ in range(2)]
+    try:
+        async with gateways[0].subscribe(session="s", snapshot=True) as sub:
+            tracker = ts.Tracker(worker, session="s")
+            run = tracker.run(run_id="r1")
+            await run.__aenter__()
+            a = tracker.create("search", call_id="a")
+            a.ready(args={"q": 1})
+            a.start()
+            b = tracker.create("fetch", call_id="b")
+            b.ready(args={})
+            b.start()
+            b.complete("done")
+            await worker.flush(timeout=5)
+            for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
+                task.cancel()
+            got = []
+            with anyio.fail_after(15):
+                async for event in sub:
+                    got.append(event)
+                    if event.type == "run.finished":
+                        break
+            kinds = [(e.type, e.call_id) for e in got[1:]]
+            assert kinds[-2:] == [("tool.cancelled", "a"), ("run.finished", "")], kinds
+            cancel = got[-2]
+            assert isinstance(cancel, ts.ToolCancelled) and cancel.reason == "worker lost"
+            assert isinstance(got[-1], ts.RunFinished) and got[-1].outcome == "cancelled"
+            await anyio.sleep(1.0)  # both gateways had time to try
+            assert sum(g.stats.reaped for g in gateways) == 2
+            # The worker comes back and reports the call: dropped, not a second terminal.
+            worker._tasks = []
+            await worker.start()
+            a.complete("late")
+            await worker.flush(timeout=5)
+            assert worker.stats.fenced == 1
+            snap = gateways[1].snapshot("s")
+            states = {c.call_id: c.state.value for c in snap.calls}
+            assert states == {"a": "cancelled", "b": "completed"}
+    finally:
+        await worker.aclose()
+        for g in gateways:
+            await g.aclose()

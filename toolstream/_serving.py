@@ -119,27 +119,66 @@ async def open_stream(
     - ``<id>/r<k>``: the reset the client was cut in, re-encoded, its first ``k + 1``
       messages skipped;
     - a cursor the bus cannot serve: a reset.
+
+    Waits for the subscription to learn where it starts (a round trip on a
+    broker-backed bus): ``BusUnavailable`` if the broker cannot be reached.
     """
     parsed = Cursor.parse(cursor)
+    sub = _subscribe(bus, session, run, parsed, buffer, types)
+    await _prepared(sub)
+    return _stream(sub, session, run, parsed, dialect)
+
+
+def open_stream_ready(
+    bus: Bus,
+    *,
+    session: str,
+    run: str | None,
+    cursor: str | None,
+    dialect: Dialect,
+    buffer: int = 1024,
+    types: tuple[type, ...] = (),
+) -> Stream:
+    """:func:`open_stream` without waiting, for a bus whose subscriptions know where
+    they start when created (``EventBus``): for synchronous callers."""
+    parsed = Cursor.parse(cursor)
+    sub = _subscribe(bus, session, run, parsed, buffer, types)
+    return _stream(sub, session, run, parsed, dialect)
+
+
+def _subscribe(
+    bus: Bus,
+    session: str,
+    run: str | None,
+    parsed: Cursor | None,
+    buffer: int,
+    types: tuple[type, ...],
+) -> Subscription[Any]:
     kinds: tuple[Any, ...] = types
     if parsed is None:
-        sub = bus.subscribe(*kinds, session=session, run=run, snapshot=True, buffer=buffer)
-        await _prepared(sub)
-        return Stream(sub, Encoder(dialect), [])
-    inclusive = parsed.part is not None and not parsed.reset
-    sub = bus.subscribe(
+        return bus.subscribe(*kinds, session=session, run=run, snapshot=True, buffer=buffer)
+    return bus.subscribe(
         *kinds,
         session=session,
         run=run,
         after=parsed.event_id,
-        inclusive=inclusive,
+        inclusive=parsed.part is not None and not parsed.reset,
         with_state=True,
         with_history=not parsed.reset,
         buffer=buffer,
     )
-    await _prepared(sub)
-    if sub.starts_with_reset or sub.state is None:
+
+
+def _stream(
+    sub: Subscription[Any],
+    session: str,
+    run: str | None,
+    parsed: Cursor | None,
+    dialect: Dialect,
+) -> Stream:
+    if parsed is None or sub.starts_with_reset or sub.state is None:
         return Stream(sub, Encoder(dialect), [])
+    inclusive = parsed.part is not None and not parsed.reset
     if parsed.reset:
         assert parsed.part is not None
         encoder = Encoder(dialect, skip_event=parsed.event_id, skip=parsed.part + 1)

@@ -12,7 +12,7 @@ from typing import Any
 import toolstream as ts
 from tests.conftest import require
 from toolstream import dialects
-from toolstream._serving import Stream, open_stream
+from toolstream._serving import Stream, open_stream_ready
 from toolstream.dialects import Frame
 
 HERE = Path(__file__).parent
@@ -87,7 +87,7 @@ class Session:
         elif kind == "join":
             self.joins.append(
                 {
-                    name: open_stream(
+                    name: open_stream_ready(
                         self.bus, session="s1", run=None, cursor=None, dialect=dialects.get(name)
                     )
                     for name in ("agui", "ai_sdk")
@@ -130,7 +130,9 @@ def stream_frames(
     bus: ts.EventBus, dialect: str, cursor: str | None, *, closing: bool = True
 ) -> list[Frame]:
     """Everything a client reading ``dialect`` from ``cursor`` receives now."""
-    stream = open_stream(bus, session="s1", run=None, cursor=cursor, dialect=dialects.get(dialect))
+    stream = open_stream_ready(
+        bus, session="s1", run=None, cursor=cursor, dialect=dialects.get(dialect)
+    )
     frames = list(stream.initial)
     for event in stream.subscription.take_nowait():
         frames += stream.encoder.encode(event)

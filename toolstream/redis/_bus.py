@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 from typing_extensions import Self
 
-from .._core.bus import (
+from toolstream._core.bus import (
     _PUBLISHABLE,
     BusStats,
     Overflow,
@@ -34,9 +34,9 @@ from .._core.bus import (
     _Log,
     _publishable,
 )
-from .._core.codec import from_dict, to_dict
-from .._core.errors import BusClosed, BusUnavailable, EventDecodeError
-from .._core.events import (
+from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
+from toolstream._core.events import (
     Event,
     RunFinished,
     RunStarted,
@@ -54,18 +54,16 @@ from .._core.events import (
     ToolReady,
     ToolStarted,
 )
-from .._core.view import LiveView, parse_event_id
-from .._core.wake import current_backend
-from . import _scripts
+from toolstream._core.view import LiveView, parse_event_id
+from toolstream._core.wake import current_backend
+from toolstream.redis import _scripts
 
 try:
     import redis
     import redis.asyncio as aredis
     from redis.commands.core import AsyncScript
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "toolstream.redis needs redis-py: pip install 'toolstream[redis]'"
-    ) from exc
+    raise ImportError("toolstream.redis needs redis-py: pip install 'toolstream[redis]'") from exc
 
 logger = logging.getLogger("toolstream.redis")
 
@@ -348,10 +346,12 @@ class RedisBus:
     def _start_here(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is loop:
-            return
-        if self._loop is not None and not self._loop.is_closed():
-            if self._loop.is_running():
-                return  # tasks live in the loop that started first
+            if self._tasks and not any(task.done() for task in self._tasks):
+                return
+        elif self._loop is not None and self._loop.is_running():
+            return  # the tasks live in the loop that started first
+        for task in self._tasks:
+            task.cancel()
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._event = asyncio.Event()
@@ -532,9 +532,7 @@ class RedisBus:
                     self._stats.flush_errors += 1
                     if self._down_since is None:
                         self._down_since = time.monotonic()
-                        logger.warning(
-                            "Redis unreachable (%s); keeping events in the outbox", exc
-                        )
+                        logger.warning("Redis unreachable (%s); keeping events in the outbox", exc)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                     continue
@@ -558,7 +556,7 @@ class RedisBus:
                     self._settled += len(batch)
                 await self._checkpoints(batch)
 
-    async def _write(self, batch: list[Event]) -> None:
+    async def _write(self, batch: Sequence[Event]) -> None:
         args: list[Any] = [
             self.prefix,
             self.token,
@@ -653,9 +651,7 @@ class RedisBus:
                 if self._registered:
                     ttl = int(self.session_ttl)
                     async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.set(
-                            f"{self.prefix}:w:{self.token}", "1", px=int(self.lease * 1000)
-                        )
+                        pipe.set(f"{self.prefix}:w:{self.token}", "1", px=int(self.lease * 1000))
                         pipe.sadd(f"{self.prefix}:workers", self.token)
                         pipe.expire(f"{self.prefix}:open:{self.token}", ttl)
                         await pipe.execute()
@@ -669,7 +665,7 @@ class RedisBus:
         every writer whose lease ran out; returns how many events that wrote. Each lost
         writer is reaped exactly once, whichever processes try. Runs every ``lease / 3``
         seconds on its own when ``reap=True``."""
-        workers = await self._redis.smembers(f"{self.prefix}:workers")
+        workers = cast("set[str]", await self._redis.smembers(f"{self.prefix}:workers"))
         others = sorted(w for w in workers if w != self.token)
         if not others:
             return 0
@@ -967,7 +963,9 @@ class RedisSubscription(Subscription[E_co]):
             if self._with_state:
                 self.state = reset.snapshot if reset is not None else view.snapshot(run_id=run)
             if not done:
-                self._log.events.extend(tail)
+                log = self._log
+                assert log is not None
+                log.events.extend(tail)
                 if after is not None and reset is None:
                     self._replay_end = len(tail)
             self._entry = _seq_entry(max(st.last, events[-1][0] if events else 0))
@@ -1000,7 +998,7 @@ class RedisSubscription(Subscription[E_co]):
                         if epoch != self._epoch:
                             await self._epoch_lost(client)
                             continue
-                    reply = await client.xread({key: self._entry}, count=count, block=5000)
+                    reply: Any = await client.xread({key: self._entry}, count=count, block=5000)
                     delay = 0.05
                 except _RETRYABLE as exc:
                     if client is not None:
@@ -1013,7 +1011,7 @@ class RedisSubscription(Subscription[E_co]):
                     continue
                 if not reply:
                     continue
-                entries = reply[0][1]
+                entries = cast("list[tuple[str, dict[str, str]]]", reply[0][1])
                 before = self._entry
                 events = []
                 for entry, fields in entries:
@@ -1159,4 +1157,3 @@ async def _close_quietly(client: aredis.Redis) -> None:
         await asyncio.shield(client.aclose())
     except Exception:  # pragma: no cover - closing a dead connection
         pass
-

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from toolstream import Bus, DialectError, SlowConsumer, StreamReset, Subscription
+from toolstream import Bus, BusUnavailable, DialectError, SlowConsumer, StreamReset, Subscription
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -195,6 +195,9 @@ class SSEApp:
             )
         except DialectError as exc:
             await _respond(send, 500, f"dialect {name}: {exc}")
+            return
+        except BusUnavailable as exc:
+            await _respond(send, 503, f"the event bus is unavailable: {exc}")
             return
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -10,7 +10,15 @@ from typing import Any
 
 import anyio
 
-from toolstream import EVENT_TYPES, Bus, DialectError, Event, SlowConsumer, StreamReset
+from toolstream import (
+    EVENT_TYPES,
+    Bus,
+    BusUnavailable,
+    DialectError,
+    Event,
+    SlowConsumer,
+    StreamReset,
+)
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -328,6 +336,8 @@ class _Connection:
             )
         except (ValueError, DialectError) as exc:
             raise _ClientError("invalid", str(exc)) from None
+        except BusUnavailable as exc:
+            raise _ClientError("unavailable", f"the event bus is unavailable: {exc}") from None
         scope = anyio.CancelScope()
         self.subs[session] = scope
         await self.send({"op": "subscribed", "session": session, "dialect": chosen[0]})

@@ -1,0 +1,52 @@
+"""Processes for the multi-process RedisBus test: an agent worker and an SSE gateway.
+
+python -m tests.redis_procs worker URL PREFIX SESSION CALLS RATE
+python -m tests.redis_procs gateway URL PREFIX PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+
+import toolstream as ts
+from toolstream.redis import RedisBus
+from toolstream.sse import SSEApp
+
+
+async def worker(url: str, prefix: str, session: str, calls: int, rate: float) -> None:
+    """Publish a run of ``calls`` tool calls through a Tracker, then open one more call
+    and hang (the test kills this process there)."""
+    async with RedisBus(url, prefix=prefix, lease=1.0) as bus:
+        tracker = ts.Tracker(bus, session=session)
+        async with tracker.run(run_id="r1"):
+            for i in range(calls):
+                async with tracker.call("step", {"i": i}, call_id=f"c{i}") as call:
+                    call.progress(0.5, message=f"step {i}")
+                    call.complete(i)
+                await asyncio.sleep(1 / rate)
+            hang = tracker.create("hang", call_id="hang")
+            hang.ready(args={})
+            hang.start()
+            await bus.flush()
+            print("hanging", flush=True)
+            await asyncio.sleep(3600)
+
+
+def gateway(url: str, prefix: str, port: int) -> None:
+    """Serve SSE from the shared Redis on 127.0.0.1:port."""
+    bus = RedisBus(url, prefix=prefix, lease=1.0)
+    app = SSEApp(bus, heartbeat=1.0)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    if role == "worker":
+        asyncio.run(worker(args[0], args[1], args[2], int(args[3]), float(args[4])))
+    elif role == "gateway":
+        gateway(args[0], args[1], int(args[2]))
+    else:
+        raise SystemExit(f"unknown role {role!r}")

@@ -1,0 +1,186 @@
+"""Several processes, one stream: an agent worker publishing through a Tracker, two
+uvicorn gateways serving SSE from the same Redis, and a client that moves between
+them while a gateway is killed, Redis restarts and the worker dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import httpx
+import pytest
+import redis
+from httpx_sse import aconnect_sse
+
+from tests.redis_server import RedisServer, free_port, require_redis
+from tests.servers import eventually
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSION = "agent-1"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the test's own client; the processes run RedisBus on asyncio
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    require_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.redis_procs", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+class Gateway:
+    def __init__(self, url: str, prefix: str) -> None:
+        self.port = free_port()
+        self.proc = spawn("gateway", url, prefix, str(self.port))
+        self.url = f"http://127.0.0.1:{self.port}/?session={SESSION}"
+
+    async def ready(self) -> None:
+        async def up() -> bool:
+            try:
+                async with httpx.AsyncClient() as client:
+                    await client.get(f"http://127.0.0.1:{self.port}/", timeout=0.5)
+                return True
+            except httpx.HTTPError:
+                return False
+
+        with anyio.fail_after(30):
+            while not await up():
+                if self.proc.poll() is not None:
+                    raise RuntimeError("the gateway process exited")
+                await anyio.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+class Client:
+    """An SSE client that remembers the last id it saw and resumes from it."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.last_id: str | None = None
+
+    async def read(self, url: str, *, until: Any, action: Any = None) -> None:
+        """Read from ``url`` (resuming) until ``until(event)``; ``action(event)`` may
+        do something mid-stream (kill a process...). A broken connection ends it."""
+        headers = {"Last-Event-ID": self.last_id} if self.last_id else {}
+        try:
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(30, connect=5)) as http,
+                aconnect_sse(http, "GET", url, headers=headers) as source,
+            ):
+                assert source.response.status_code == 200
+                async for sse in source.aiter_sse():
+                    if not sse.data:
+                        continue
+                    event = json.loads(sse.data)
+                    event["_sse_id"] = sse.id
+                    self.events.append(event)
+                    self.last_id = sse.id
+                    if action is not None:
+                        await action(event)
+                    if until(event):
+                        return
+        except (httpx.HTTPError, httpx.StreamError):
+            return  # the gateway died: the caller resumes elsewhere
+
+    def count(self) -> int:
+        return len([e for e in self.events if e["type"] != "stream.reset"])
+
+
+async def test_two_gateways_one_worker_exactly_once(redis_server: RedisServer) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    g1, g2 = Gateway(redis_server.url, prefix), Gateway(redis_server.url, prefix)
+    worker: subprocess.Popen[str] | None = None
+    try:
+        await g1.ready()
+        await g2.ready()
+        worker = spawn("worker", redis_server.url, prefix, SESSION, "150", "60")
+        client = Client()
+        # 1. Read from gateway 1, then the connection is cut.
+        await client.read(g1.url, until=lambda e: client.count() >= 60)
+        # 2. Resume on gateway 2 with Last-Event-ID; gateway 2 is killed mid-stream.
+        mark = client.count()
+
+        async def kill_g2(event: dict[str, Any]) -> None:
+            if client.count() >= mark + 60:
+                g2.kill()
+
+        await client.read(g2.url, until=lambda e: False, action=kill_g2)
+        assert g2.proc.poll() is not None
+        # 3. Resume on gateway 1; Redis is restarted (SIGKILL, append-only file) while
+        #    the client reads and the worker publishes.
+        mark = client.count()
+        restarted = False
+
+        async def restart_redis(event: dict[str, Any]) -> None:
+            nonlocal restarted
+            if not restarted and client.count() >= mark + 30:
+                restarted = True
+                await anyio.to_thread.run_sync(lambda: redis_server.restart(kill=True))
+
+        # 4. The worker hangs with a call open and is killed: a gateway closes the call.
+        async def kill_worker(event: dict[str, Any]) -> None:
+            await restart_redis(event)
+            if event["type"] == "tool.started" and event["call_id"] == "hang":
+                assert worker is not None
+                worker.send_signal(signal.SIGKILL)
+
+        await client.read(g1.url, until=lambda e: e["type"] == "run.finished", action=kill_worker)
+        assert restarted
+        assert worker.wait(10) == -signal.SIGKILL
+        await anyio.sleep(0.5)  # time for a second terminal to show up, if there were one
+        # Every event exactly once, in order: the client's view equals the stream in Redis.
+        r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+        entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{prefix}:s:{SESSION}"))
+        r.close()
+        stored = [json.loads(fields["e"])["type"] for _, fields in entries]
+        seen = [e for e in client.events if e["type"] != "stream.reset"]
+        assert [e["type"] for e in seen] == stored
+        ids = [int(e["id"].rpartition("-")[2]) for e in seen]
+        assert ids == sorted(set(ids)), "ids strictly increasing: no duplicate, no reordering"
+        assert [e["type"] for e in client.events].count("stream.reset") == 1, "only the first"
+        # Exactly one terminal per call; the hung call closed by a gateway.
+        terminals: dict[str, list[dict[str, Any]]] = {}
+        for e in seen:
+            if e["type"] in ("tool.completed", "tool.failed", "tool.cancelled"):
+                terminals.setdefault(e["call_id"], []).append(e)
+        assert all(len(v) == 1 for v in terminals.values())
+        assert set(terminals) == {f"c{i}" for i in range(150)} | {"hang"}
+        assert terminals["hang"][0]["type"] == "tool.cancelled"
+        assert terminals["hang"][0]["reason"] == "worker lost"
+        assert seen[-1]["type"] == "run.finished" and seen[-1]["outcome"] == "cancelled"
+    finally:
+        for proc in (worker, g1.proc, g2.proc):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        await eventually(lambda: True)
