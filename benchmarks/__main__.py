@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_bus, bench_sse, bench_ws
+from benchmarks import bench_bus, bench_redis, bench_sse, bench_ws
 
 ROOT = Path(__file__).resolve().parent.parent
 START = "<!-- results:start -->"
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "bus": bench_bus.run(quick=args.quick),
         "sse": bench_sse.run(quick=args.quick),
         "websocket": bench_ws.run(quick=args.quick),
+        "redis": bench_redis.run(quick=args.quick),
     }
     env = results["machine"]
     text = (
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         + bench_sse.report(results["sse"])
         + "\n"
         + bench_ws.report(results["websocket"])
+        + "\n"
+        + bench_redis.report(results["redis"])
     )
     print(text)
     if not args.no_write:

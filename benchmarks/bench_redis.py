@@ -35,7 +35,10 @@ async def _toolstream_once(url: str, events: int) -> float:
     import toolstream as ts
     from toolstream.redis import RedisBus
 
-    async with RedisBus(url, prefix=f"b{uuid.uuid4().hex[:8]}", batch=BATCH) as bus:
+    # replay=events: the whole burst stays readable, as it does for the raw peer (a
+    # subscriber further behind than the window is cut, by design).
+    prefix = f"b{uuid.uuid4().hex[:8]}"
+    async with RedisBus(url, prefix=prefix, batch=BATCH, replay=events) as bus:
         got = 0
         async with bus.subscribe(session="bench", buffer=events + 1) as sub:
             await sub.prepare()

@@ -35,3 +35,14 @@ def test_websocket_benchmark_runs_and_reports() -> None:
     results = bench_ws.run(quick=True)
     assert set(results) == {"1 client", "100 clients"}
     assert "broadcast" in bench_ws.report(results)
+
+
+def test_redis_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_redis
+    from tests.redis_server import require_redis
+
+    require_redis()
+    results = bench_redis.run(quick=True)
+    assert results["throughput_ratio"] > 0
+    assert results["latency"]["p99_ms"] > 0
+    assert "raw redis-py" in bench_redis.report(results)

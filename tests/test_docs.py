@@ -27,7 +27,28 @@ def test_every_page_is_linked_from_the_index() -> None:
 
 @pytest.mark.parametrize(("page", "index", "code"), EXAMPLES)
 def test_example_runs(
-    page: Path, index: int, code: str, capsys: pytest.CaptureFixture[str]
+    page: Path,
+    index: int,
+    code: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    server = None
+    if "TOOLSTREAM_REDIS_URL" in code:  # the example talks to a Redis of its own
+        from tests.redis_server import RedisServer, require_redis
+
+        require_redis()
+        server = RedisServer(tmp_path)
+        server.start(persist=False)
+        monkeypatch.setenv("TOOLSTREAM_REDIS_URL", server.url)
+    try:
+        _run(page, index, code)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run(page: Path, index: int, code: str) -> None:
     namespace: dict[str, object] = {"__name__": f"example_{page.stem}_{index}"}
     exec(compile(code, f"{page.name} example {index}", "exec"), namespace)

@@ -452,3 +452,31 @@ async def test_lost_worker_calls_closed_exactly_once(redis_server: RedisServer) 
         await worker.aclose()
         for g in gateways:
             await g.aclose()
+
+
+async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
+    redis_server: RedisServer,
+) -> None:
+    """A subscriber that falls further behind than the replay window is cut with
+    SlowConsumer (never silently handed a gap); resuming gives the reset it needs."""
+    bus = make_bus(redis_server, replay=16)
+    try:
+        sub = bus.subscribe(session="s", buffer=10_000)
+        await sub.prepare()
+        published = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(600)
+        ]
+        await bus.flush(timeout=5)
+        got: list[ts.Event] = []
+        with pytest.raises(ts.SlowConsumer) as info, anyio.fail_after(10):
+            async for event in sub:
+                got.append(event)
+        ids = [e.id for e in got]
+        assert ids == [e.id for e in published[: len(ids)]], "what it got has no gap"
+        async with bus.subscribe(session="s", after=info.value.last_id or sub.start_after) as again:
+            first = await take(again, 1)
+            assert isinstance(first[0], ts.StreamReset)
+        await sub.aclose()
+    finally:
+        await bus.aclose()

@@ -12,7 +12,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union, cast
+from typing import Any, Literal, TypeAlias, Union, cast
 
 import attrs
 
@@ -34,7 +34,7 @@ __all__ = ["SCHEMA_VERSION", "from_dict", "json_schema", "to_dict"]
 
 SCHEMA_VERSION = 1
 
-_Decoder = Callable[[object, str], object]
+_Decoder = Callable[[object, "_Path"], object]
 _Encoder = Callable[[object], object]
 
 
@@ -153,14 +153,28 @@ def to_dict(event: Event) -> dict[str, Any]:
 # -- decoding ---------------------------------------------------------------------------
 
 
-def _fail(path: str, expected: str, value: object) -> EventDecodeError:
+#: Where a value sits in the event: a name, or (parent, key or index). Built as tuples
+#: while decoding and rendered ("tool.started.error.message") only for an error.
+_Path: TypeAlias = "str | tuple[_Path, str | int]"
+
+
+def _render(path: _Path) -> str:
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return path + "".join(reversed(parts))
+
+
+def _fail(path: _Path, expected: str, value: object) -> EventDecodeError:
+    path = _render(path)
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return EventDecodeError(f"{path}: expected {expected}, got {shown}")
 
 
-def _check_json(value: object, path: str, depth: int = 0) -> object:
+def _check_json(value: object, path: _Path, depth: int = 0) -> object:
     if depth > 64:
         raise _fail(path, "JSON nested at most 64 deep", "...")
     if value is None or isinstance(value, (str, bool, int)):
@@ -170,13 +184,13 @@ def _check_json(value: object, path: str, depth: int = 0) -> object:
             raise _fail(path, "a finite number", value)
         return value
     if isinstance(value, list):
-        return [_check_json(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return [_check_json(v, (path, i), depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _fail(path, "string keys", k)
-            out[k] = _check_json(v, f"{path}.{k}", depth + 1)
+            out[k] = _check_json(v, (path, k), depth + 1)
         return out
     raise _fail(path, "a JSON value", value)
 
@@ -189,7 +203,7 @@ def _decoder(tp: object) -> _Decoder:
     if not optional:
         return base
 
-    def decode_optional(value: object, path: str) -> object:
+    def decode_optional(value: object, path: _Path) -> object:
         return None if value is None else base(value, path)
 
     return decode_optional
@@ -200,7 +214,7 @@ def _base_decoder(tp: object) -> _Decoder:
         return _check_json
     if tp is str:
 
-        def decode_str(value: object, path: str) -> object:
+        def decode_str(value: object, path: _Path) -> object:
             if not isinstance(value, str):
                 raise _fail(path, "a string", value)
             return value
@@ -208,7 +222,7 @@ def _base_decoder(tp: object) -> _Decoder:
         return decode_str
     if tp is bool:
 
-        def decode_bool(value: object, path: str) -> object:
+        def decode_bool(value: object, path: _Path) -> object:
             if not isinstance(value, bool):
                 raise _fail(path, "a boolean", value)
             return value
@@ -216,7 +230,7 @@ def _base_decoder(tp: object) -> _Decoder:
         return decode_bool
     if tp is int:
 
-        def decode_int(value: object, path: str) -> object:
+        def decode_int(value: object, path: _Path) -> object:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise _fail(path, "an integer", value)
             return value
@@ -224,7 +238,7 @@ def _base_decoder(tp: object) -> _Decoder:
         return decode_int
     if tp is float:
 
-        def decode_float(value: object, path: str) -> object:
+        def decode_float(value: object, path: _Path) -> object:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise _fail(path, "a number", value)
             if not math.isfinite(value):
@@ -236,7 +250,7 @@ def _base_decoder(tp: object) -> _Decoder:
         enum_cls = tp
         values = {m.value for m in enum_cls}
 
-        def decode_enum(value: object, path: str) -> object:
+        def decode_enum(value: object, path: _Path) -> object:
             if value not in values:
                 raise _fail(path, f"one of {sorted(values)}", value)
             return enum_cls(value)
@@ -246,7 +260,7 @@ def _base_decoder(tp: object) -> _Decoder:
     if origin is Literal:
         allowed = typing.get_args(tp)
 
-        def decode_literal(value: object, path: str) -> object:
+        def decode_literal(value: object, path: _Path) -> object:
             if value not in allowed:
                 raise _fail(path, f"one of {list(allowed)}", value)
             return value
@@ -255,23 +269,23 @@ def _base_decoder(tp: object) -> _Decoder:
     if origin is tuple:
         item = _decoder(typing.get_args(tp)[0])
 
-        def decode_tuple(value: object, path: str) -> object:
+        def decode_tuple(value: object, path: _Path) -> object:
             if not isinstance(value, list):
                 raise _fail(path, "a list", value)
-            return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+            return tuple(item(v, (path, i)) for i, v in enumerate(value))
 
         return decode_tuple
     if origin is Mapping or origin is dict:
         value_decoder = _decoder(typing.get_args(tp)[1])
 
-        def decode_mapping(value: object, path: str) -> object:
+        def decode_mapping(value: object, path: _Path) -> object:
             if not isinstance(value, dict):
                 raise _fail(path, "an object", value)
             out = {}
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise _fail(path, "string keys", k)
-                out[k] = value_decoder(v, f"{path}.{k}")
+                out[k] = value_decoder(v, (path, k))
             return out
 
         return decode_mapping
@@ -289,19 +303,19 @@ def _record_decoder(cls: type) -> _Decoder:
         return cached
     specs: list[tuple[str, bool, _Decoder]] = []
 
-    def decode_record(value: object, path: str) -> object:
+    def decode_record(value: object, path: _Path) -> object:
         if not isinstance(value, dict):
             raise _fail(path, f"an object ({cls.__name__})", value)
         kwargs: dict[str, object] = {}
         for name, required, decode in specs:
             if name in value:
-                kwargs[name] = decode(value[name], f"{path}.{name}")
+                kwargs[name] = decode(value[name], (path, name))
             elif required:
-                raise EventDecodeError(f"{path}: missing field {name!r}")
+                raise EventDecodeError(f"{_render(path)}: missing field {name!r}")
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:  # pragma: no cover - validated above
-            raise EventDecodeError(f"{path}: {exc}") from None
+            raise EventDecodeError(f"{_render(path)}: {exc}") from None
 
     _RECORD_DECODERS[cls] = decode_record
     specs.extend((name, required, _decoder(tp)) for name, tp, required in _fields(cls))

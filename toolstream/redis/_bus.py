@@ -256,6 +256,7 @@ class RedisBus:
         self._state_script: AsyncScript = self._redis.register_script(_scripts.READ_STATE)
         self._ck_script: AsyncScript = self._redis.register_script(_scripts.CHECKPOINT)
         self._reap_script: AsyncScript = self._redis.register_script(_scripts.REAP)
+        self._after_script: AsyncScript = self._redis.register_script(_scripts.READ_AFTER)
         self._lock = threading.Lock()
         self._last = 0  # the newest id number assigned here
         self._outbox: deque[Event] = deque()
@@ -566,42 +567,42 @@ class RedisBus:
         ]
         dumps = json.dumps
         kinds = _KINDS
+        session = None
         for ev in batch:
+            if ev.session != session:
+                session = ev.session
+                args += ("S", session)
             data = to_dict(ev)
             del data["id"]
-            args += (
-                ev.session,
-                _seq_entry(int(ev.id.rpartition("-")[2])),
-                kinds.get(type(ev), ""),
-                ev.call_id or "",
-                ev.run_id or "",
-                ev.tool or "",
-                dumps(data, separators=(",", ":"), ensure_ascii=False),
-            )
-        result = await self._flush_script(args=args)
-        self._registered = True
-        self._set_epoch(result[0])
-        stats = self._stats
-        for ev, r in zip(batch, result[1:], strict=True):
-            if r == 0:
-                stats.flushed += 1
-            elif r == 1:
-                stats.duplicates += 1
-            elif r == 2:
-                stats.fenced += 1
-                logger.warning(
-                    "dropped %s of call %s (session %s): a reaper already closed it "
-                    "(this process's lease had run out)",
-                    ev.type,
-                    ev.call_id,
-                    ev.session,
-                )
+            entry = _seq_entry(int(ev.id.rpartition("-")[2]))
+            blob = dumps(data, separators=(",", ":"), ensure_ascii=False)
+            kind = kinds.get(type(ev))
+            if kind is None:
+                args += ("-", entry, ev.call_id or "", blob)
             else:
-                stats.flushed += 1
-                stats.renumbered += 1
-                seq = _entry_seq(str(r))
-                with self._lock:
-                    self._last = max(self._last, seq)
+                args += (kind, entry, ev.call_id or "", ev.run_id or "", ev.tool or "", blob)
+        epoch, codes, moved = await self._flush_script(args=args)
+        self._registered = True
+        self._set_epoch(epoch)
+        stats = self._stats
+        stats.flushed += codes.count("0") + codes.count("3")
+        stats.duplicates += codes.count("1")
+        if "2" in codes:
+            for ev, code in zip(batch, codes, strict=True):
+                if code == "2":
+                    stats.fenced += 1
+                    logger.warning(
+                        "dropped %s of call %s (session %s): a reaper already closed it "
+                        "(this process's lease had run out)",
+                        ev.type,
+                        ev.call_id,
+                        ev.session,
+                    )
+        if moved:
+            stats.renumbered += len(moved)
+            seq = max(_entry_seq(str(m)) for m in moved)
+            with self._lock:
+                self._last = max(self._last, seq)
 
     async def _checkpoints(self, batch: list[Event]) -> None:
         """Every ``replay // 4`` events written to a session, store its state as of
@@ -638,7 +639,8 @@ class RedisBus:
             snapshot=view.snapshot(),
         )
         blob = json.dumps(to_dict(reset), separators=(",", ":"), ensure_ascii=False)
-        await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl)])
+        trim = _seq_entry(_entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
+        await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl), trim])
 
     # -- leases --------------------------------------------------------------------------
 
@@ -690,7 +692,11 @@ class RedisBus:
 
     def _decode(self, epoch: str, entry: str, fields: Any) -> Event | None:
         try:
-            data = json.loads(fields["e"] if isinstance(fields, dict) else _pairs(fields)["e"])
+            if type(fields) is list and len(fields) == 2 and fields[0] == "e":
+                blob = fields[1]  # what the scripts return: [field, value]
+            else:
+                blob = fields["e"] if isinstance(fields, dict) else _pairs(fields)["e"]
+            data = json.loads(blob)
             data["id"] = f"{epoch}-{_entry_seq(entry)}"
             return from_dict(data)
         except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
@@ -984,21 +990,29 @@ class RedisSubscription(Subscription[E_co]):
     # -- reading -----------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
+        """Read the stream after the cursor, in batches, with one atomic script call
+        each (entries, the keyspace's epoch and the checkpoint together, so a gap left
+        by trimming is always noticed); block in XREAD only to wait for news."""
         bus = self._rbus
         key = f"{bus.prefix}:s:{self.session}"
         count = max(1, min(512, bus.replay // 2))
+        args: list[Any] = [bus.prefix, self.session or "", "", count]
         client: aredis.Redis | None = None
         delay = 0.05
+        wait = False
         try:
             while not self.closed:
                 try:
                     if client is None:
                         client = bus._reader()
-                        epoch = await client.get(f"{bus.prefix}:epoch")
-                        if epoch != self._epoch:
-                            await self._epoch_lost(client)
-                            continue
-                    reply: Any = await client.xread({key: self._entry}, count=count, block=5000)
+                    if wait:
+                        await client.xread({key: self._entry}, count=1, block=5000)
+                    args[2] = self._entry
+                    reply: Any = await bus._after_script(args=args, client=client)
+                    if reply[0] != self._epoch:
+                        await self._epoch_lost()
+                        wait = False
+                        continue
                     delay = 0.05
                 except _RETRYABLE as exc:
                     if client is not None:
@@ -1008,36 +1022,31 @@ class RedisSubscription(Subscription[E_co]):
                         logger.info("subscription to %s lost Redis (%s), reconnecting", key, exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
+                    wait = False
                     continue
-                if not reply:
+                checkpoint, entries = reply[1], reply[2]
+                if checkpoint and _entry_seq(checkpoint) > _entry_seq(self._entry):
+                    # Everything up to the checkpoint was trimmed, and this reader had
+                    # not read it all: cut (the consumer resumes, or gets a reset).
+                    self._cut_now("events it had not read were trimmed from Redis")
+                    return
+                wait = len(entries) < count
+                if not entries:
                     continue
-                entries = cast("list[tuple[str, dict[str, str]]]", reply[0][1])
-                before = self._entry
                 events = []
+                epoch_now = self._epoch
                 for entry, fields in entries:
-                    ev = bus._decode(self._epoch, entry, fields)
+                    ev = bus._decode(epoch_now, entry, fields)
                     if ev is not None:
                         events.append(ev)
                 self._entry = entries[-1][0]
-                if len(entries) == count and await self._trimmed_past(client, key, before):
-                    self._cut_now("events it had not read were trimmed from Redis")
-                    return
                 if not self._append(events):
                     return
         finally:
             if client is not None:
                 await _close_quietly(client)
 
-    async def _trimmed_past(self, client: aredis.Redis, key: str, entry: str) -> bool:
-        """Whether events after ``entry`` were trimmed before this reader got them."""
-        try:
-            info = await client.xinfo_stream(key)
-        except redis.ResponseError:
-            return True  # the stream is gone (expired)
-        maxdel = info.get("max-deleted-entry-id") or "0-0"
-        return _entry_seq(str(maxdel)) > _entry_seq(entry)
-
-    async def _epoch_lost(self, client: aredis.Redis) -> None:
+    async def _epoch_lost(self) -> None:
         """Redis came back without its data: deliver a reset of what it has now."""
         bus = self._rbus
         await bus._ensure_epoch()

@@ -29,12 +29,13 @@ local function le(a, b)
 end
 """
 
-#: ARGV: prefix, token, new_epoch, ttl_s, lease_ms, then 7 per event:
-#: session, entry id, kind (o: opens a call, t: ends it, r: run starts, f: run ends,
-#: '' other), call id, run id, tool, JSON.
-#: Returns {epoch, r1, r2, ...}: 0 written, 1 already written (a retry), 2 dropped
-#: (its call was closed by a reaper), or the entry id it was written under instead
-#: (another writer's entries were ahead of this writer's clock).
+#: ARGV: prefix, token, new_epoch, ttl_s, lease_ms, then records:
+#: ``S session`` (the session of the events that follow), ``- entry cid json`` (an event
+#: that neither opens nor ends anything), or ``K entry cid rid tool json`` where K is
+#: o (opens a call), t (ends it), r (a run starts) or f (a run ends).
+#: Returns {epoch, codes, renumbered}: one code per event, 0 written, 1 already written
+#: (a retry), 2 dropped (its call was closed by a reaper), 3 written under another id
+#: (another writer's entries were ahead of this writer's clock), those ids in order.
 FLUSH = (
     _LE
     + """
@@ -45,58 +46,74 @@ if not epoch then
   redis.call('SET', p .. ':epoch', new_epoch)
   epoch = new_epoch
 end
-local out = {epoch}
 redis.call('SET', p .. ':w:' .. token, '1', 'PX', lease)
 redis.call('SADD', p .. ':workers', token)
 local open = p .. ':open:' .. token
 local fenced_key = p .. ':fenced:' .. token
 local fenced = redis.call('EXISTS', fenced_key) == 1
 local hw, wrote = {}, {}
-for i = 6, #ARGV, 7 do
-  local s, id, kind, cid, rid, tool, json =
-    ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  local mine = hw[s]
-  if mine == nil then
-    mine = redis.call('HGET', p .. ':hw:' .. s, token) or false
-    hw[s] = mine
-  end
-  local r = 0
-  if mine and le(id, mine) then
-    r = 1
-  elseif fenced and ((cid ~= '' and
-      redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1) or
-      (kind == 'f' and redis.call('SISMEMBER', fenced_key, cjson.encode({'r', s, rid})) == 1)) then
-    r = 2
+local codes, moved = {}, {}
+local s, key, mine = nil, nil, false
+local i, n = 6, #ARGV
+while i <= n do
+  local kind = ARGV[i]
+  if kind == 'S' then
+    s = ARGV[i + 1]
+    key = p .. ':s:' .. s
+    mine = hw[s]
+    if mine == nil then
+      mine = redis.call('HGET', p .. ':hw:' .. s, token) or false
+      hw[s] = mine
+    end
+    i = i + 2
   else
-    local key = p .. ':s:' .. s
-    local written = id
-    local ok = redis.pcall('XADD', key, id, 'e', json)
-    if type(ok) == 'table' and ok.err then
-      written = redis.call('XADD', key, '*', 'e', json)
-      r = written
+    local id, cid, rid, tool, json
+    if kind == '-' then
+      id, cid, json = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+      i = i + 4
+    else
+      id, cid, rid, tool, json = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+      i = i + 6
     end
-    hw[s] = written
-    wrote[s] = true
-    if kind == 'o' then
-      redis.call('HSETNX', open, cjson.encode({'c', s, cid}), cjson.encode({tool, rid}))
-    elseif kind == 't' then
-      redis.call('HDEL', open, cjson.encode({'c', s, cid}))
-    elseif kind == 'r' then
-      redis.call('HSETNX', open, cjson.encode({'r', s, rid}), '[]')
-    elseif kind == 'f' then
-      redis.call('HDEL', open, cjson.encode({'r', s, rid}))
+    local r = '0'
+    if mine and le(id, mine) then
+      r = '1'
+    elseif fenced and ((cid ~= '' and
+        redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1) or
+        (kind == 'f' and redis.call('SISMEMBER', fenced_key, cjson.encode({'r', s, rid})) == 1)) then
+      r = '2'
+    else
+      local written = id
+      local ok = redis.pcall('XADD', key, id, 'e', json)
+      if type(ok) == 'table' and ok.err then
+        written = redis.call('XADD', key, '*', 'e', json)
+        r = '3'
+        moved[#moved + 1] = written
+      end
+      mine = written
+      hw[s] = written
+      wrote[s] = true
+      if kind == 'o' then
+        redis.call('HSETNX', open, cjson.encode({'c', s, cid}), cjson.encode({tool, rid}))
+      elseif kind == 't' then
+        redis.call('HDEL', open, cjson.encode({'c', s, cid}))
+      elseif kind == 'r' then
+        redis.call('HSETNX', open, cjson.encode({'r', s, rid}), '[]')
+      elseif kind == 'f' then
+        redis.call('HDEL', open, cjson.encode({'r', s, rid}))
+      end
     end
+    codes[#codes + 1] = r
   end
-  out[#out + 1] = r
 end
-for s, _ in pairs(wrote) do
-  redis.call('HSET', p .. ':hw:' .. s, token, hw[s])
-  redis.call('EXPIRE', p .. ':s:' .. s, ttl)
-  redis.call('EXPIRE', p .. ':hw:' .. s, ttl)
-  redis.call('EXPIRE', p .. ':ck:' .. s, ttl)
+for ws, _ in pairs(wrote) do
+  redis.call('HSET', p .. ':hw:' .. ws, token, hw[ws])
+  redis.call('EXPIRE', p .. ':s:' .. ws, ttl)
+  redis.call('EXPIRE', p .. ':hw:' .. ws, ttl)
+  redis.call('EXPIRE', p .. ':ck:' .. ws, ttl)
 end
 redis.call('EXPIRE', open, ttl)
-return out
+return {epoch, table.concat(codes), moved}
 """
 )
 
@@ -125,8 +142,10 @@ end
 return {epoch, last, maxdel, ck[1] or '', ck[2] or '', entries}
 """
 
-#: ARGV: prefix, session, entry id, state JSON, ttl_s. Stores the checkpoint if it is
-#: newer than the stored one and trims the stream up to it. Returns 1 or 0.
+#: ARGV: prefix, session, entry id, state JSON, ttl_s, trim id (the id just after the
+#: entry). Stores the checkpoint if it is newer than the stored one and trims every
+#: entry up to and including it (the checkpoint's state covers them): a reader whose
+#: cursor is below the checkpoint therefore missed something. Returns 1 or 0.
 CHECKPOINT = (
     _LE
     + """
@@ -135,11 +154,21 @@ local ckkey = p .. ':ck:' .. s
 local cur = redis.call('HGET', ckkey, 'id')
 if cur and le(id, cur) then return 0 end
 redis.call('HSET', ckkey, 'id', id, 'state', state)
-redis.call('XTRIM', p .. ':s:' .. s, 'MINID', id)
+redis.call('XTRIM', p .. ':s:' .. s, 'MINID', ARGV[6])
 redis.call('EXPIRE', ckkey, ttl)
 return 1
 """
 )
+
+#: ARGV: prefix, session, cursor (an entry id), count. What a subscription reads:
+#: {epoch or '', checkpoint id or '', up to ``count`` entries after the cursor}.
+READ_AFTER = """
+local p, s = ARGV[1], ARGV[2]
+local epoch = redis.call('GET', p .. ':epoch') or ''
+local ck = redis.call('HGET', p .. ':ck:' .. s, 'id') or ''
+local entries = redis.call('XRANGE', p .. ':s:' .. s, '(' .. ARGV[3], '+', 'COUNT', ARGV[4])
+return {epoch, ck, entries}
+"""
 
 #: ARGV: prefix, token, reason, ttl_s, force ('1': even if its lease is held).
 #: Closes every call (tool.cancelled) and run (run.finished, cancelled) writer
