@@ -78,9 +78,10 @@ while i <= n do
     local r = '0'
     if mine and le(id, mine) then
       r = '1'
-    elseif fenced and ((cid ~= '' and
-        redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1) or
-        (kind == 'f' and redis.call('SISMEMBER', fenced_key, cjson.encode({'r', s, rid})) == 1)) then
+    elseif fenced and (
+        (cid ~= '' and redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1)
+        or (kind == 'f' and
+            redis.call('SISMEMBER', fenced_key, cjson.encode({'r', s, rid})) == 1)) then
       r = '2'
     else
       local written = id
