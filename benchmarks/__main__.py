@@ -15,7 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_bus, bench_redis, bench_sse, bench_ws
+from benchmarks import (
+    bench_bus,
+    bench_callbacks,
+    bench_memory,
+    bench_redis,
+    bench_sse,
+    bench_stall,
+    bench_ws,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 START = "<!-- results:start -->"
@@ -41,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "machine": machine(),
         "bus": bench_bus.run(quick=args.quick),
+        "stall": bench_stall.run(quick=args.quick),
+        "callbacks": bench_callbacks.run(quick=args.quick),
+        "memory": bench_memory.run(quick=args.quick),
         "sse": bench_sse.run(quick=args.quick),
         "websocket": bench_ws.run(quick=args.quick),
         "redis": bench_redis.run(quick=args.quick),
@@ -52,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         + (" (quick smoke run: sizes too small to mean anything)." if args.quick else ".")
         + "\n\n"
         + bench_bus.report(results["bus"])
+        + "\n"
+        + bench_stall.report(results["stall"])
+        + "\n"
+        + bench_callbacks.report(results["callbacks"])
+        + "\n"
+        + bench_memory.report(results["memory"])
         + "\n"
         + bench_sse.report(results["sse"])
         + "\n"

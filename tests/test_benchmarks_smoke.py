@@ -46,3 +46,16 @@ def test_redis_benchmark_runs_and_reports() -> None:
     assert results["throughput_ratio"] > 0
     assert results["latency"]["p99_ms"] > 0
     assert "raw redis-py" in bench_redis.report(results)
+
+
+def test_stall_callbacks_and_memory_benchmarks_run_and_report() -> None:
+    from benchmarks import bench_callbacks, bench_memory, bench_stall
+
+    stall = bench_stall.run(quick=True)
+    assert stall["asyncio"]["toolstream_kept"] > 0 and "stalled" in bench_stall.report(stall)
+    callbacks = bench_callbacks.run(quick=True)
+    assert all(row["ratio"] > 0 for row in callbacks["rows"])
+    assert "pyee" in bench_callbacks.report(callbacks)
+    memory = bench_memory.run(quick=True)
+    assert memory["idle_subscription"]["toolstream_bytes"] > 0
+    assert "MiB" in bench_memory.report(memory)

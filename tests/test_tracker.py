@@ -542,7 +542,11 @@ async def test_coalescing_batches_deltas_but_never_delays_lifecycle(
         call.progress(i / 20, message=f"step {i}")
         call.output_delta(f"{i},")
     with anyio.fail_after(5):
-        await rec.wait_for(lambda events: any(e.type == "tool.output.delta" for e in events))
+        # The timed flush publishes the merged delta and the newest progress one after
+        # the other: wait for both.
+        await rec.wait_for(
+            lambda events: {"tool.output.delta", "tool.progress"} <= {e.type for e in events}
+        )
     merged = [e for e in rec.events if isinstance(e, ts.ToolOutputDelta)]
     assert "".join(e.text for e in merged) == "".join(f"{i}," for i in range(20))
     assert [e.message for e in rec.events if isinstance(e, ts.ToolProgress)] == ["step 19"]

@@ -53,13 +53,30 @@ class _Sink:
             self.errors += 1
             logger.exception("callback %r failed (isolated; the stream goes on)", fn)
 
+    def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
+        """Handle ``event``: None when done at once, else what to await."""
+        return self._handle(event)
+
+    async def _awaited(self, pending: Awaitable[object], fn: Callable[..., Any]) -> None:
+        try:
+            await pending
+        except Exception:
+            self.errors += 1
+            logger.exception("callback %r failed (isolated; the stream goes on)", fn)
+
     async def _consume(self, sub: ts.Subscription[Any]) -> None:
         while True:
             try:
                 async with sub:
-                    async for event in sub:
-                        await self._handle(event)
-                        self.delivered += 1
+                    # A whole batch per wake-up; a sync callback is called inline, with
+                    # no coroutine per event. ``last_id`` moves a batch at a time, after
+                    # the previous batch was handled, so a resume repeats nothing.
+                    async for batch in sub.batches():
+                        for event in batch:
+                            pending = self._dispatch(event)
+                            if pending is not None:
+                                await pending
+                            self.delivered += 1
                 return
             except ts.SlowConsumer as exc:
                 # This sink's callbacks are slower than the events: resume where it was.
@@ -106,8 +123,20 @@ class CallbackSink(_Sink):
         super().__init__(bus, session=session, types=types)
         self.callback = callback
 
-    async def _handle(self, event: ts.Event) -> None:
+    async def _handle(self, event: ts.Event) -> None:  # pragma: no cover - see _dispatch
         await self._call(self.callback, event)
+
+    def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
+        callback = self.callback
+        try:
+            result = callback(event)
+        except Exception:
+            self.errors += 1
+            logger.exception("callback %r failed (isolated; the stream goes on)", callback)
+            return None
+        if result is None or not inspect.isawaitable(result):
+            return None
+        return self._awaited(result, callback)
 
     async def __aenter__(self) -> CallbackSink:
         await super().__aenter__()
