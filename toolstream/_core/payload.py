@@ -526,9 +526,9 @@ class _Walker:
 
 # Characters that never occur inside a secret token: a token ends at one of them.
 _SEPARATOR_CLASS = r"[\s\"'`,;<>()\[\]{}|]"
-_LAST_SEPARATOR = re.compile(_SEPARATOR_CLASS + r"(?=[^\s\"'`,;<>()\[\]{}|]*\Z)")
 _ANY_SEPARATOR = re.compile(_SEPARATOR_CLASS)
 _WORD_BEFORE = re.compile(r"(\S+)" + _SEPARATOR_CLASS + r"+\Z")
+_SCHEME_WINDOW = 64  # "Bearer" / "Basic" and the separators after them fit in this
 _PEM_BEGIN = "-----BEGIN"
 _PEM_END = re.compile(r"-----END[A-Z ]*-----")
 _HOLD_LIMIT = 16384  # a token this long is published (redacted) rather than held forever
@@ -625,12 +625,16 @@ class TextRedactor:
 
 def _safe_cut(text: str) -> int:
     """Where ``text`` may be cut: after its last separator, unless the word before it
-    is an auth scheme ("Bearer ") whose credential may still be coming."""
-    m = _LAST_SEPARATOR.search(text)
+    is an auth scheme ("Bearer ") whose credential may still be coming.
+
+    Linear in the text: the last separator is the first one of the reversed text (a
+    forward search with a look-ahead to the end was quadratic in long deltas), and the
+    scheme word is looked for just before it."""
+    m = _ANY_SEPARATOR.search(text[::-1])
     if m is None:
         return 0
-    cut = m.end()
-    word = _WORD_BEFORE.search(text, 0, cut)
+    cut = len(text) - m.start()
+    word = _WORD_BEFORE.search(text, max(0, cut - _SCHEME_WINDOW), cut)
     if word is not None and word.group(1).lower() in ("bearer", "basic"):
         return word.start(1)
     return cut

@@ -1,0 +1,322 @@
+"""Scaling curves, toolstream against raw anyio memory object streams in the same run
+(asyncio; draining consumers on both sides: ``sub.batches()`` and ``receive()`` then
+``receive_nowait()`` until empty):
+
+- throughput vs the number of subscribers of one session (1 → 1,000);
+- throughput vs the size of each event's payload (100 B → 32 KiB), one subscriber;
+- throughput vs the number of sessions (1 → 10,000), one subscriber each, the events
+  spread round-robin.
+
+Plots go to docs/images/bench-*.png (``plot()``), the numbers to results.json.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.lowlevel import checkpoint
+
+import toolstream as ts
+from benchmarks import bench_bus
+
+BURST = 64
+
+
+async def _drain_sub(sub: ts.Subscription[Any], events: int, done: Any) -> None:
+    n = 0
+    async for batch in sub.batches():
+        n += len(batch)
+        if n >= events:
+            break
+    done()
+
+
+async def _drain_raw(receive: Any, events: int, done: Any) -> None:
+    n = 0
+    while n < events:
+        await receive.receive()
+        n += 1
+        while True:
+            try:
+                receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            n += 1
+    done()
+
+
+async def payload_toolstream(size: int, events: int) -> float:
+    bus = ts.EventBus(replay=BURST * 4, replay_bytes=2**30)
+    tracker = ts.Tracker(bus, "s")
+    call = tracker.create("t")
+    call.start()
+    text = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    sub = bus.subscribe(session="s", buffer=4 * BURST)
+    finished = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_drain_sub, sub, events, finished.set)
+        await anyio.sleep(0.01)
+        start = time.perf_counter()
+        for i in range(events):
+            call.output_delta(text)
+            if i % BURST == BURST - 1:
+                await checkpoint()
+        await finished.wait()
+        elapsed = time.perf_counter() - start
+    assert bus.stats.coalesced == 0, bus.stats
+    assert bus.stats.cut == 0, bus.stats
+    sub.close()
+    return events / elapsed
+
+
+async def payload_raw(size: int, events: int) -> float:
+    send, receive = anyio.create_memory_object_stream[Any](math.inf)
+    text = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    prebuilt = [
+        {"type": "tool.output.delta", "id": f"e-{i}", "session": "s", "call_id": "c", "text": text}
+        for i in range(events)
+    ]
+    finished = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_drain_raw, receive, events, finished.set)
+        await anyio.sleep(0.01)
+        start = time.perf_counter()
+        for i, item in enumerate(prebuilt):
+            send.send_nowait(item)
+            if i % BURST == BURST - 1:
+                await checkpoint()
+        await finished.wait()
+        elapsed = time.perf_counter() - start
+    send.close()
+    receive.close()
+    return events / elapsed
+
+
+async def sessions_toolstream(sessions: int, events: int) -> float:
+    bus = ts.EventBus(replay=BURST * 4, replay_bytes=2**30)
+    calls = []
+    for k in range(sessions):
+        call = ts.Tracker(bus, f"s{k}").create("t")
+        call.start()
+        calls.append(call)
+    per = events // sessions
+    subs = [bus.subscribe(session=f"s{k}", buffer=4 * BURST) for k in range(sessions)]
+    remaining = [sessions]
+    finished = anyio.Event()
+
+    def one_done() -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            finished.set()
+
+    async with anyio.create_task_group() as tg:
+        for sub in subs:
+            tg.start_soon(_drain_sub, sub, per, one_done)
+        await anyio.sleep(0.05)
+        start = time.perf_counter()
+        i = 0
+        for _ in range(per):
+            for call in calls:
+                call.progress(0.5, message="step")
+                i += 1
+                if i % BURST == 0:
+                    await checkpoint()
+        await finished.wait()
+        elapsed = time.perf_counter() - start
+    assert bus.stats.coalesced == 0, bus.stats
+    assert bus.stats.cut == 0, bus.stats
+    for sub in subs:
+        sub.close()
+    return per * sessions / elapsed
+
+
+async def sessions_raw(sessions: int, events: int) -> float:
+    streams = [anyio.create_memory_object_stream[Any](math.inf) for _ in range(sessions)]
+    per = events // sessions
+    item = {"type": "tool.progress", "session": "s", "call_id": "c", "message": "step"}
+    remaining = [sessions]
+    finished = anyio.Event()
+
+    def one_done() -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            finished.set()
+
+    async with anyio.create_task_group() as tg:
+        for _, receive in streams:
+            tg.start_soon(_drain_raw, receive, per, one_done)
+        await anyio.sleep(0.05)
+        sends = [send for send, _ in streams]
+        start = time.perf_counter()
+        i = 0
+        for _ in range(per):
+            for send in sends:
+                send.send_nowait(item)
+                i += 1
+                if i % BURST == 0:
+                    await checkpoint()
+        await finished.wait()
+        elapsed = time.perf_counter() - start
+    for send, receive in streams:
+        send.close()
+        receive.close()
+    return per * sessions / elapsed
+
+
+def _pair(a: Any, b: Any, rounds: int) -> tuple[float, float]:
+    """Median events/s of ``a`` and ``b`` (callables returning events/s), interleaved."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for _ in range(rounds):
+        gc.collect()
+        xs.append(anyio.run(a, backend="asyncio"))
+        gc.collect()
+        ys.append(anyio.run(b, backend="asyncio"))
+    return statistics.median(xs), statistics.median(ys)
+
+
+def _growth(xs: list[int], ours: list[float]) -> list[str]:
+    """Where the cost per delivered event grows by more than 1.5x from one point to the
+    next (faster than linear in total)."""
+    notes = []
+    for k in range(1, len(xs)):
+        before, after = 1 / ours[k - 1], 1 / ours[k]
+        if after > 1.5 * before:
+            notes.append(f"{xs[k - 1]:,} → {xs[k]:,}: cost per event ×{after / before:.1f}")
+    return notes
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    rounds = 1 if quick else 3
+    curves: dict[str, Any] = {}
+
+    subs = [1, 10] if quick else [1, 3, 10, 30, 100, 300, 1000]
+    rows = []
+    for s in subs:
+        total = 2_000 if quick else 400_000
+        events = max(BURST, min(50_000, total // s))
+        events -= events % BURST
+
+        async def ours_s(s: int = s, events: int = events) -> float:
+            return s * events / await bench_bus.fanout_toolstream(s, events, drain=True)
+
+        async def raw_s(s: int = s, events: int = events) -> float:
+            return s * events / await bench_bus.fanout_raw(s, events, drain=True)
+
+        a, b = _pair(ours_s, raw_s, rounds)
+        rows.append({"x": s, "toolstream_per_s": a, "raw_per_s": b})
+    curves["subscribers"] = rows
+
+    sizes = [100, 4096] if quick else [100, 1024, 4096, 16384, 32768]
+    rows = []
+    for size in sizes:
+        events = 640 if quick else max(2_048, 40_960 * 100 // size // 64 * 64)
+        a, b = _pair(
+            partial(payload_toolstream, size, events), partial(payload_raw, size, events), rounds
+        )
+        rows.append({"x": size, "toolstream_per_s": a, "raw_per_s": b})
+    curves["payload"] = rows
+
+    counts = [1, 100] if quick else [1, 10, 100, 1000, 10000]
+    rows = []
+    for n in counts:
+        events = 1_000 if quick else 100_000
+        a, b = _pair(
+            partial(sessions_toolstream, n, events), partial(sessions_raw, n, events), rounds
+        )
+        rows.append({"x": n, "toolstream_per_s": a, "raw_per_s": b})
+    curves["sessions"] = rows
+
+    for rows in curves.values():
+        for row in rows:
+            row["ratio"] = row["toolstream_per_s"] / row["raw_per_s"]
+    return {
+        "curves": curves,
+        "growth": {
+            name: _growth([r["x"] for r in rows], [r["toolstream_per_s"] for r in rows])
+            for name, rows in curves.items()
+        },
+    }
+
+
+_TITLES = {
+    "subscribers": ("subscribers of one session", "events delivered/s (all subscribers)"),
+    "payload": ("payload bytes per event (one subscriber)", "events/s"),
+    "sessions": ("sessions (one subscriber each)", "events delivered/s"),
+}
+
+
+def plot(results: dict[str, Any], directory: Path) -> list[Path]:
+    """One PNG per curve in ``directory``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, rows in results["curves"].items():
+        xs = [r["x"] for r in rows]
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+        ax.plot(xs, [r["toolstream_per_s"] for r in rows], "o-", label="toolstream")
+        ax.plot(xs, [r["raw_per_s"] for r in rows], "s--", label="raw anyio streams")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        xlabel, ylabel = _TITLES[name]
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = directory / f"bench-{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        "### Scaling curves",
+        "",
+        "toolstream against raw anyio streams (draining consumers), asyncio; ratio > 1:",
+        "toolstream faster. Plots: `docs/images/bench-subscribers.png`, `bench-payload.png`,",
+        "`bench-sessions.png`.",
+        "",
+        "![throughput vs subscribers](images/bench-subscribers.png)",
+        "![throughput vs payload size](images/bench-payload.png)",
+        "![throughput vs sessions](images/bench-sessions.png)",
+        "",
+    ]
+    for name, rows in results["curves"].items():
+        lines += [
+            f"| {_TITLES[name][0]} | toolstream ev/s | raw ev/s | **ratio** |",
+            "|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['x']:,} | {r['toolstream_per_s']:,.0f} | {r['raw_per_s']:,.0f} "
+                f"| **{r['ratio']:.2f}×** |"
+            )
+        growth = results["growth"][name]
+        lines += [
+            "",
+            "Cost per event grows faster than linearly: "
+            + ("; ".join(growth) if growth else "nowhere on this curve")
+            + ".",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    data = run()
+    plot(data, Path(__file__).resolve().parent.parent / "docs" / "images")
+    print(report(data))
