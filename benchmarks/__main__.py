@@ -20,10 +20,12 @@ from benchmarks import (
     bench_callbacks,
     bench_memory,
     bench_redis,
+    bench_scaling,
     bench_sse,
     bench_stall,
     bench_ws,
 )
+from toolstream._core.jsonenc import ENCODER
 
 ROOT = Path(__file__).resolve().parent.parent
 START = "<!-- results:start -->"
@@ -38,6 +40,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
+        "json": ENCODER,
     }
 
 
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "stall": bench_stall.run(quick=args.quick),
         "callbacks": bench_callbacks.run(quick=args.quick),
         "memory": bench_memory.run(quick=args.quick),
+        "scaling": bench_scaling.run(quick=args.quick),
         "sse": bench_sse.run(quick=args.quick),
         "websocket": bench_ws.run(quick=args.quick),
         "redis": bench_redis.run(quick=args.quick),
@@ -70,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         + "\n"
         + bench_memory.report(results["memory"])
         + "\n"
+        + bench_scaling.report(results["scaling"])
+        + "\n"
         + bench_sse.report(results["sse"])
         + "\n"
         + bench_ws.report(results["websocket"])
@@ -77,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         + bench_redis.report(results["redis"])
     )
     print(text)
+    if not args.no_write and not args.quick:
+        bench_scaling.plot(results["scaling"], ROOT / "docs" / "images")
     if not args.no_write:
         (ROOT / "benchmarks" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         doc = ROOT / "docs" / "benchmarks.md"

@@ -182,14 +182,16 @@ def _pair(a: Any, b: Any, rounds: int) -> tuple[float, float]:
     return statistics.median(xs), statistics.median(ys)
 
 
-def _growth(xs: list[int], ours: list[float]) -> list[str]:
-    """Where the cost per delivered event grows by more than 1.5x from one point to the
-    next (faster than linear in total)."""
+def _growth(xs: list[int], ours: list[float], *, per_byte: bool = False) -> list[str]:
+    """Where the cost grows faster than linearly: the cost per delivered event (per
+    byte, for the payload curve) rising by more than 1.5x from one point to the next."""
+    unit = "byte" if per_byte else "event"
     notes = []
     for k in range(1, len(xs)):
-        before, after = 1 / ours[k - 1], 1 / ours[k]
+        before = 1 / ours[k - 1] / (xs[k - 1] if per_byte else 1)
+        after = 1 / ours[k] / (xs[k] if per_byte else 1)
         if after > 1.5 * before:
-            notes.append(f"{xs[k - 1]:,} → {xs[k]:,}: cost per event ×{after / before:.1f}")
+            notes.append(f"{xs[k - 1]:,} → {xs[k]:,}: cost per {unit} ×{after / before:.1f}")
     return notes
 
 
@@ -240,7 +242,11 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     return {
         "curves": curves,
         "growth": {
-            name: _growth([r["x"] for r in rows], [r["toolstream_per_s"] for r in rows])
+            name: _growth(
+                [r["x"] for r in rows],
+                [r["toolstream_per_s"] for r in rows],
+                per_byte=name == "payload",
+            )
             for name, rows in curves.items()
         },
     }

@@ -20,6 +20,8 @@ import httpx
 from benchmarks._processes import cpu_seconds, start_server
 
 KINDS = ("toolstream", "sse_starlette")
+#: toolstream with the standard library's JSON (what orjson, the ``fast`` extra, buys)
+STDLIB = "toolstream_stdlib"
 
 
 async def _client(url: str, events: int, latencies: list[float] | None) -> tuple[int, float, float]:
@@ -52,7 +54,10 @@ async def _client(url: str, events: int, latencies: list[float] | None) -> tuple
 
 def run_once(kind: str, clients: int, events: int, rate: float) -> dict[str, float]:
     """Start a server, connect ``clients``, read ``events`` each; measure."""
-    server, port = start_server("benchmarks.sse_server", kind, str(clients), str(events), str(rate))
+    module = "benchmarks.sse_server"
+    if kind == STDLIB:
+        module, kind = "benchmarks.sse_server_stdlib", "toolstream"
+    server, port = start_server(module, kind, str(clients), str(events), str(rate))
     try:
         url = f"http://127.0.0.1:{port}/?session=bench"
         # The reset (toolstream) or nothing (sse-starlette) comes first, then the events:
@@ -103,14 +108,17 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     ]
     results: dict[str, Any] = {}
     for name, clients, events, rate in scenarios:
-        samples: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
+        kinds = (*KINDS, STDLIB) if rate == 0 else KINDS
+        samples: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for _ in range(rounds):
-            for kind in KINDS:
+            for kind in kinds:
                 samples[kind].append(run_once(kind, clients, events, rate))
         row: dict[str, Any] = {"clients": clients, "events": events, "rate": rate}
-        for kind in KINDS:
+        for kind in kinds:
             for key in samples[kind][0]:
                 row[f"{kind}_{key}"] = statistics.median(s[key] for s in samples[kind])
+        if rate == 0:
+            row["orjson_gain"] = row["toolstream_events_per_s"] / row[f"{STDLIB}_events_per_s"]
         row["throughput_ratio"] = row["toolstream_events_per_s"] / row["sse_starlette_events_per_s"]
         row["cpu_ratio"] = (
             row["toolstream_cpu_us_per_event"] / row["sse_starlette_cpu_us_per_event"]
@@ -140,6 +148,23 @@ def report(results: dict[str, Any]) -> str:
             f"| {row['sse_starlette_cpu_us_per_event']:.1f} "
             f"| **{row['cpu_ratio']:.2f}×** |"
         )
+    lines += [
+        "",
+        "The JSON encoder: toolstream above uses orjson when it is installed (the `fast`",
+        "extra; the benchmarks install it); the same server with the standard library's",
+        "`json`:",
+        "",
+        "| scenario | with `json` ev/s | CPU µs/ev | with orjson ev/s | CPU µs/ev | **gain** |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in results.items():
+        if "orjson_gain" in row:
+            lines.append(
+                f"| {name.replace('_', ' ')} | {row[f'{STDLIB}_events_per_s']:,.0f} "
+                f"| {row[f'{STDLIB}_cpu_us_per_event']:.1f} "
+                f"| {row['toolstream_events_per_s']:,.0f} "
+                f"| {row['toolstream_cpu_us_per_event']:.1f} | **{row['orjson_gain']:.2f}×** |"
+            )
     lines += [
         "",
         "Latency from publish to receipt at a steady 1,000 events/s (ms):",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks import bench_bus
 
 
@@ -59,3 +61,18 @@ def test_stall_callbacks_and_memory_benchmarks_run_and_report() -> None:
     memory = bench_memory.run(quick=True)
     assert memory["idle_subscription"]["toolstream_bytes"] > 0
     assert "MiB" in bench_memory.report(memory)
+
+
+def test_scaling_benchmark_runs_reports_and_plots(tmp_path: Path) -> None:
+    from benchmarks import bench_scaling
+
+    results = bench_scaling.run(quick=True)
+    assert set(results["curves"]) == {"subscribers", "payload", "sessions"}
+    assert "Scaling curves" in bench_scaling.report(results)
+    paths = bench_scaling.plot(results, tmp_path)
+    assert [p.name for p in paths] == [
+        "bench-subscribers.png",
+        "bench-payload.png",
+        "bench-sessions.png",
+    ]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)

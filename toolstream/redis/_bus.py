@@ -54,6 +54,7 @@ from toolstream._core.events import (
     ToolReady,
     ToolStarted,
 )
+from toolstream._core.jsonenc import dumps
 from toolstream._core.view import LiveView, parse_event_id
 from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
@@ -565,7 +566,6 @@ class RedisBus:
             int(self.session_ttl),
             int(self.lease * 1000),
         ]
-        dumps = json.dumps
         kinds = _KINDS
         session = None
         for ev in batch:
@@ -575,7 +575,7 @@ class RedisBus:
             data = to_dict(ev)
             del data["id"]
             entry = _seq_entry(int(ev.id.rpartition("-")[2]))
-            blob = dumps(data, separators=(",", ":"), ensure_ascii=False)
+            blob = dumps(data)
             kind = kinds.get(type(ev))
             if kind is None:
                 args += ("-", entry, ev.call_id or "", blob)
@@ -638,7 +638,7 @@ class RedisBus:
             ts=self._clock(),
             snapshot=view.snapshot(),
         )
-        blob = json.dumps(to_dict(reset), separators=(",", ":"), ensure_ascii=False)
+        blob = dumps(to_dict(reset))
         trim = _seq_entry(_entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
         await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl), trim])
 

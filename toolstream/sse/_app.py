@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from toolstream import Bus, BusUnavailable, DialectError, SlowConsumer, StreamReset, Subscription
+from toolstream._core.jsonenc import dumps
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -43,10 +44,7 @@ def encode_frame(frame: Frame) -> bytes:
     refused by the encoder already.
     """
     message = frame.message
-    if message.raw is not None:
-        data = message.raw
-    else:
-        data = json.dumps(message.payload, ensure_ascii=False, separators=(",", ":"))
+    data = message.raw if message.raw is not None else dumps(message.payload)
     head = f"event: {message.event}\n" if message.event is not None else ""
     if frame.id:
         head += f"id: {frame.id}\n"

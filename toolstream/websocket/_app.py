@@ -19,6 +19,7 @@ from toolstream import (
     SlowConsumer,
     StreamReset,
 )
+from toolstream._core.jsonenc import dumps
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -198,7 +199,7 @@ class _Connection:
         self.disconnected = False
 
     async def send(self, message: dict[str, Any]) -> None:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        text = dumps(message)
         async with self.lock:
             await self._send({"type": "websocket.send", "text": text})
 
@@ -388,5 +389,5 @@ def _frame_body(frame: Frame) -> str:
         parts.append(f'"event":{json.dumps(message.event)}')
     if message.raw is not None:
         parts.append(f'"raw":{json.dumps(message.raw)}')
-    parts.append('"data":' + json.dumps(message.payload, ensure_ascii=False, separators=(",", ":")))
+    parts.append('"data":' + dumps(message.payload))
     return ",".join(parts) + "}"
