@@ -26,6 +26,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
+from benchmarks._common import drain_batches, drain_raw
 
 BURST = 64  # events published between two checkpoints of the producer
 
@@ -62,11 +63,7 @@ async def fanout_toolstream(subscribers: int, events: int, *, drain: bool = Fals
     async def consume(k: int, sub: ts.Subscription[Any]) -> None:
         n = 0
         if drain:
-            async for batch in sub.batches():
-                for _ in batch:
-                    n += 1
-                if n >= events:
-                    break
+            n = await drain_batches(sub, events)
         else:
             async for _ in sub:
                 n += 1
@@ -108,15 +105,7 @@ async def fanout_raw(subscribers: int, events: int, *, drain: bool) -> float:
     async def consume(receive: Any) -> None:
         n = 0
         if drain:
-            while n < events:
-                await receive.receive()
-                n += 1
-                while True:
-                    try:
-                        receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                    n += 1
+            n = await drain_raw(receive, events)
         else:
             async for _ in receive:
                 n += 1

@@ -25,30 +25,18 @@ from anyio.lowlevel import checkpoint
 
 import toolstream as ts
 from benchmarks import bench_bus
+from benchmarks._common import Countdown, drain_batches, drain_raw
 
 BURST = 64
 
 
 async def _drain_sub(sub: ts.Subscription[Any], events: int, done: Any) -> None:
-    n = 0
-    async for batch in sub.batches():
-        n += len(batch)
-        if n >= events:
-            break
+    await drain_batches(sub, events)
     done()
 
 
 async def _drain_raw(receive: Any, events: int, done: Any) -> None:
-    n = 0
-    while n < events:
-        await receive.receive()
-        n += 1
-        while True:
-            try:
-                receive.receive_nowait()
-            except anyio.WouldBlock:
-                break
-            n += 1
+    await drain_raw(receive, events)
     done()
 
 
@@ -108,17 +96,11 @@ async def sessions_toolstream(sessions: int, events: int) -> float:
         calls.append(call)
     per = events // sessions
     subs = [bus.subscribe(session=f"s{k}", buffer=4 * BURST) for k in range(sessions)]
-    remaining = [sessions]
-    finished = anyio.Event()
-
-    def one_done() -> None:
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            finished.set()
+    countdown = Countdown(sessions)
 
     async with anyio.create_task_group() as tg:
         for sub in subs:
-            tg.start_soon(_drain_sub, sub, per, one_done)
+            tg.start_soon(_drain_sub, sub, per, countdown.one)
         await anyio.sleep(0.05)
         start = time.perf_counter()
         i = 0
@@ -128,7 +110,7 @@ async def sessions_toolstream(sessions: int, events: int) -> float:
                 i += 1
                 if i % BURST == 0:
                     await checkpoint()
-        await finished.wait()
+        await countdown.done.wait()
         elapsed = time.perf_counter() - start
     assert bus.stats.coalesced == 0, bus.stats
     assert bus.stats.cut == 0, bus.stats
@@ -141,17 +123,11 @@ async def sessions_raw(sessions: int, events: int) -> float:
     streams = [anyio.create_memory_object_stream[Any](math.inf) for _ in range(sessions)]
     per = events // sessions
     item = {"type": "tool.progress", "session": "s", "call_id": "c", "message": "step"}
-    remaining = [sessions]
-    finished = anyio.Event()
-
-    def one_done() -> None:
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            finished.set()
+    countdown = Countdown(sessions)
 
     async with anyio.create_task_group() as tg:
         for _, receive in streams:
-            tg.start_soon(_drain_raw, receive, per, one_done)
+            tg.start_soon(_drain_raw, receive, per, countdown.one)
         await anyio.sleep(0.05)
         sends = [send for send, _ in streams]
         start = time.perf_counter()
@@ -162,7 +138,7 @@ async def sessions_raw(sessions: int, events: int) -> float:
                 i += 1
                 if i % BURST == 0:
                     await checkpoint()
-        await finished.wait()
+        await countdown.done.wait()
         elapsed = time.perf_counter() - start
     for send, receive in streams:
         send.close()

@@ -15,6 +15,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
+from benchmarks._common import Countdown, drain_batches, drain_raw
 
 BURST = 64
 SUBSCRIBERS = 100
@@ -29,32 +30,24 @@ async def toolstream_run(events: int, stalled: bool) -> float:
     readers = [bus.subscribe(session="s", buffer=4 * BURST) for _ in range(SUBSCRIBERS - 1)]
     extra = bus.subscribe(session="s", buffer=4 * BURST)  # stalled: never iterated
     counts = [0] * len(readers)
-    done = anyio.Event()
-    remaining = [len(readers)]
+    countdown = Countdown(len(readers))
 
     async def consume(k: int, sub: ts.Subscription[Any]) -> None:
-        n = 0
-        async for batch in sub.batches():
-            n += len(batch)
-            if n >= events:
-                break
-        counts[k] = n
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            done.set()
+        counts[k] = await drain_batches(sub, events)
+        countdown.one()
 
     async with anyio.create_task_group() as tg:
         for k, sub in enumerate(readers):
             tg.start_soon(consume, k, sub)
         if not stalled:
-            tg.start_soon(consume_quietly, extra, events)
+            tg.start_soon(drain_batches, extra, events)
         await anyio.sleep(0.01)
         start = time.perf_counter()
         for i in range(events):
             call.progress(0.5, message="step")
             if i % BURST == BURST - 1:
                 await checkpoint()
-        await done.wait()
+        await countdown.done.wait()
         elapsed = time.perf_counter() - start
     assert counts == [events] * len(readers), "every reading subscriber got every event"
     assert bus.stats.coalesced == 0
@@ -64,35 +57,15 @@ async def toolstream_run(events: int, stalled: bool) -> float:
     return events * len(readers) / elapsed
 
 
-async def consume_quietly(sub: ts.Subscription[Any], events: int) -> None:
-    n = 0
-    async for batch in sub.batches():
-        n += len(batch)
-        if n >= events:
-            break
-
-
 async def raw_run(events: int, stalled: bool) -> float:
     streams = [anyio.create_memory_object_stream[Any](math.inf) for _ in range(SUBSCRIBERS)]
-    remaining = [SUBSCRIBERS - 1]
-    done = anyio.Event()
+    countdown = Countdown(SUBSCRIBERS - 1)
     item = {"type": "tool.progress", "session": "s", "call_id": "c", "message": "step"}
 
     async def consume(receive: Any, signal: bool) -> None:
-        n = 0
-        while n < events:
-            await receive.receive()
-            n += 1
-            while True:
-                try:
-                    receive.receive_nowait()
-                except anyio.WouldBlock:
-                    break
-                n += 1
+        await drain_raw(receive, events)
         if signal:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                done.set()
+            countdown.one()
 
     async with anyio.create_task_group() as tg:
         for k, (_, receive) in enumerate(streams):
@@ -108,7 +81,7 @@ async def raw_run(events: int, stalled: bool) -> float:
                 send.send_nowait(item)
             if i % BURST == BURST - 1:
                 await checkpoint()
-        await done.wait()
+        await countdown.done.wait()
         elapsed = time.perf_counter() - start
     for send, receive in streams:
         send.close()

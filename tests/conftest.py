@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.redis_server import RedisServer
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -27,3 +33,16 @@ def require(available: bool, reason: str) -> None:
     if os.environ.get("TOOLSTREAM_REQUIRE_ALL") == "1":
         pytest.fail(f"required component missing (TOOLSTREAM_REQUIRE_ALL=1): {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own (append-only file on), for tests that stop,
+    restart or wipe it."""
+    from tests.redis_server import RedisServer, require_redis
+
+    require_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

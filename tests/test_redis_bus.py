@@ -49,16 +49,6 @@ async def test_redis_bus_conforms(
     await check(bus_factory(redis_server))
 
 
-@pytest.fixture
-def own_redis(tmp_path: Any) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, for tests that stop or restart it."""
-    require_redis()
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
-
-
 def make_bus(server: RedisServer, **options: Any) -> RedisBus:
     options.setdefault("prefix", f"t{uuid.uuid4().hex[:10]}")
     return RedisBus(server.url, **options)

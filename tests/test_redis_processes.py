@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +19,7 @@ import pytest
 import redis
 from httpx_sse import aconnect_sse
 
-from tests.redis_server import RedisServer, free_port, require_redis
+from tests.redis_server import RedisServer, free_port
 from tests.servers import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,15 +31,6 @@ SESSION = "agent-1"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # the test's own client; the processes run RedisBus on asyncio
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    require_redis()
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -116,14 +106,14 @@ class Client:
         return len([e for e in self.events if e["type"] != "stream.reset"])
 
 
-async def test_two_gateways_one_worker_exactly_once(redis_server: RedisServer) -> None:
+async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    g1, g2 = Gateway(redis_server.url, prefix), Gateway(redis_server.url, prefix)
+    g1, g2 = Gateway(own_redis.url, prefix), Gateway(own_redis.url, prefix)
     worker: subprocess.Popen[str] | None = None
     try:
         await g1.ready()
         await g2.ready()
-        worker = spawn("worker", redis_server.url, prefix, SESSION, "150", "60")
+        worker = spawn("worker", own_redis.url, prefix, SESSION, "150", "60")
         client = Client()
         # 1. Read from gateway 1, then the connection is cut.
         await client.read(g1.url, until=lambda e: client.count() >= 60)
@@ -145,7 +135,7 @@ async def test_two_gateways_one_worker_exactly_once(redis_server: RedisServer) -
             nonlocal restarted
             if not restarted and client.count() >= mark + 30:
                 restarted = True
-                await anyio.to_thread.run_sync(lambda: redis_server.restart(kill=True))
+                await anyio.to_thread.run_sync(lambda: own_redis.restart(kill=True))
 
         # 4. The worker hangs with a call open and is killed: a gateway closes the call.
         async def kill_worker(event: dict[str, Any]) -> None:
@@ -159,7 +149,7 @@ async def test_two_gateways_one_worker_exactly_once(redis_server: RedisServer) -
         assert worker.wait(10) == -signal.SIGKILL
         await anyio.sleep(0.5)  # time for a second terminal to show up, if there were one
         # Every event exactly once, in order: the client's view equals the stream in Redis.
-        r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+        r = redis.Redis.from_url(own_redis.url, decode_responses=True)
         entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{prefix}:s:{SESSION}"))
         r.close()
         stored = [json.loads(fields["e"])["type"] for _, fields in entries]

@@ -151,6 +151,34 @@ class Bus(Protocol):
         ...
 
 
+def check_subscribe(
+    types: Sequence[object],
+    session: str | None,
+    run: str | None,
+    after: str | None,
+    snapshot: bool,
+    inclusive: bool,
+    buffer: object,
+    overflow: object,
+) -> None:
+    """The argument checks every bus's ``subscribe`` makes (TypeError / ValueError)."""
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, Event)):
+            raise TypeError(f"subscribe() takes event classes, got {t!r}")
+    if after is not None and snapshot:
+        raise ValueError("after= and snapshot=True exclude each other")
+    if inclusive and after is None:
+        raise ValueError("inclusive=True needs after=")
+    if session is not None and (not isinstance(session, str) or not session):
+        raise ValueError(f"session must be a non-empty string or None, got {session!r}")
+    if run is not None and session is None:
+        raise ValueError("run= needs session=: run ids are scoped to a session")
+    if not isinstance(buffer, int) or buffer < 1:
+        raise ValueError(f"buffer must be a positive int, got {buffer!r}")
+    if overflow not in ("coalesce", "disconnect"):
+        raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
+
+
 @attrs.define
 class BusStats:
     """Counters of an :class:`EventBus` (read with ``bus.stats``)."""
@@ -601,21 +629,7 @@ class EventBus(_Host):
 
         A ``StreamReset`` is delivered whenever one is due, whatever ``types`` says.
         """
-        for t in types:
-            if not (isinstance(t, type) and issubclass(t, Event)):
-                raise TypeError(f"subscribe() takes event classes, got {t!r}")
-        if after is not None and snapshot:
-            raise ValueError("after= and snapshot=True exclude each other")
-        if inclusive and after is None:
-            raise ValueError("inclusive=True needs after=")
-        if session is not None and (not isinstance(session, str) or not session):
-            raise ValueError(f"session must be a non-empty string or None, got {session!r}")
-        if run is not None and session is None:
-            raise ValueError("run= needs session=: run ids are scoped to a session")
-        if not isinstance(buffer, int) or buffer < 1:
-            raise ValueError(f"buffer must be a positive int, got {buffer!r}")
-        if overflow not in ("coalesce", "disconnect"):
-            raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
+        check_subscribe(types, session, run, after, snapshot, inclusive, buffer, overflow)
         sub: Subscription[Any] = Subscription(self, types, session, run, buffer, overflow)
         with self._lock:
             if self._closed:

@@ -33,6 +33,7 @@ from toolstream._core.bus import (
     _Host,
     _Log,
     _publishable,
+    check_subscribe,
 )
 from toolstream._core.codec import from_dict, to_dict
 from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
@@ -786,24 +787,12 @@ class RedisBus:
         in Redis, so a process reads its own writes. ``session`` is required: each
         session is its own Redis stream.
         """
-        for t in types:
-            if not (isinstance(t, type) and issubclass(t, Event)):
-                raise TypeError(f"subscribe() takes event classes, got {t!r}")
-        if after is not None and snapshot:
-            raise ValueError("after= and snapshot=True exclude each other")
-        if inclusive and after is None:
-            raise ValueError("inclusive=True needs after=")
+        check_subscribe(types, session, run, after, snapshot, inclusive, buffer, overflow)
         if session is None:
             raise ValueError(
                 "RedisBus subscriptions need session=: each session is one Redis stream "
                 "(see docs/scaling.md)"
             )
-        if not isinstance(session, str) or not session:
-            raise ValueError(f"session must be a non-empty string, got {session!r}")
-        if not isinstance(buffer, int) or buffer < 1:
-            raise ValueError(f"buffer must be a positive int, got {buffer!r}")
-        if overflow not in ("coalesce", "disconnect"):
-            raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
         _require_asyncio("subscribe()")
         if self._closed:
             raise BusClosed("the bus is closed")
