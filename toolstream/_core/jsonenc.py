@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["ENCODER", "dumps"]
+__all__ = ["ENCODER", "dumpb", "dumps"]
 
 try:
     if os.environ.get("TOOLSTREAM_JSON", "").lower() == "stdlib":
@@ -33,3 +33,13 @@ def dumps(value: Any) -> str:
         except TypeError:
             pass  # what orjson refuses (integers beyond 64 bits, lone surrogates...)
     return _std(value)
+
+
+def dumpb(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes (orjson's own output: no decode and re-encode)."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value)
+        except TypeError:
+            pass
+    return _std(value).encode("utf-8", "surrogatepass")

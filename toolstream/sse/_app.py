@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 
 from toolstream import Bus, BusUnavailable, DialectError, SlowConsumer, StreamReset, Subscription
-from toolstream._core.jsonenc import dumps
+from toolstream._core.codec import to_dict
+from toolstream._core.jsonenc import dumpb, dumps
 from toolstream._serving import (
     Authorize,
     Dialects,
@@ -23,6 +24,7 @@ from toolstream._serving import (
     watch_server_exit,
 )
 from toolstream.dialects import Dialect, DialectSpec, Encoder, Frame
+from toolstream.dialects.native import Native
 
 logger = logging.getLogger("toolstream.sse")
 
@@ -288,15 +290,35 @@ class SSEApp:
             return b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
         shared = self._shared
         name = encoder.dialect.name
+        native = type(encoder.dialect) is Native
         parts = []
         for event in batch:
-            if isinstance(event, StreamReset):  # per subscription (a run's, a session's)
+            if isinstance(event, StreamReset) or encoder._skip_event is not None:
+                # Per subscription: a reset (a run's, a session's), or the event a
+                # resuming client has part of (its encoding skips what it has, so it
+                # must not be shared with the other clients).
                 parts.append(b"".join(encode_frame(f) for f in encoder.encode(event)))
                 continue
             key = (name, event.id)
             data = shared.get(key)
             if data is None:
-                data = b"".join(encode_frame(f) for f in encoder.encode(event))
+                if native:
+                    # What Encoder + encode_frame give for the native dialect, without
+                    # their per-event objects: the type is a class constant and the id
+                    # the bus's, neither with CR or LF; the JSON is on one line.
+                    data = b"".join(
+                        (
+                            b"event: ",
+                            event.type.encode(),
+                            b"\nid: ",
+                            event.id.encode(),
+                            b"\ndata: ",
+                            dumpb(to_dict(event)),
+                            b"\n\n",
+                        )
+                    )
+                else:
+                    data = b"".join(encode_frame(f) for f in encoder.encode(event))
                 if len(shared) >= _SHARED_FRAMES:
                     for old in list(shared)[: _SHARED_FRAMES // 4]:
                         del shared[old]
