@@ -298,6 +298,13 @@ async def test_cancelled_reads_do_not_poison_connections(redis_server: RedisServ
                     pass
             await sub.aclose()
         await eventually(lambda: connections() <= baseline)
+        for _ in range(5):  # closed without waiting (what a transport's finally does)
+            sub = bus.subscribe(session="s")
+            with anyio.move_on_after(0.2):
+                async for _event in sub:
+                    pass
+            sub.close()
+        await eventually(lambda: connections() <= baseline, within=2.0)
         async with bus.subscribe(session="s", snapshot=True) as sub:
             done = bus.publish(ts.ToolCompleted, session="s", call_id="c", tool="t")
             got = await take(sub, 2)

@@ -1117,9 +1117,9 @@ class RedisSubscription(Subscription[E_co]):
             except RuntimeError:
                 running = None
             if running is loop:
-                task.cancel()
+                _cancel_until_done(task, loop)
             elif not loop.is_closed():
-                loop.call_soon_threadsafe(task.cancel)
+                loop.call_soon_threadsafe(_cancel_until_done, task, loop)
 
     async def aclose(self) -> None:
         """Release the subscription and wait until its connection is closed."""
@@ -1141,6 +1141,15 @@ class RedisSubscription(Subscription[E_co]):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _cancel_until_done(task: asyncio.Task[None], loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel ``task``, and again every 50 ms until it ends: Python 3.10/3.11's
+    ``wait_for`` (inside redis-py's send) can swallow a cancellation that lands as a write
+    completes, which would leave the reader blocked in XREAD for seconds."""
+    if not task.done():
+        task.cancel()
+        loop.call_later(0.05, _cancel_until_done, task, loop)
 
 
 def _wake(wakes: list[Any]) -> None:
