@@ -168,15 +168,22 @@ def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Se
                 if not line:
                     break
                 lines.append(json.loads(line))
-                if any(
-                    e.get("tool") == "web_search" and e["type"] == "tool.completed" for e in lines
-                ):
+                # A web_search call seen whole (the tail may connect in the middle of one).
+                created = {
+                    e["call_id"]
+                    for e in lines
+                    if e.get("tool") == "web_search" and e["type"] == "tool.created"
+                }
+                if any(e["type"] == "tool.completed" and e["call_id"] in created for e in lines):
                     break
         finally:
             tail.terminate()
             tail.wait(10)
     web = [e for e in lines if e.get("tool") == "web_search"]
-    call_id = next(e["call_id"] for e in web if e["type"] == "tool.created")
+    done = {e["call_id"] for e in web if e["type"] == "tool.completed"}
+    call_id = next(
+        e["call_id"] for e in web if e["type"] == "tool.created" and e["call_id"] in done
+    )
     kinds = [e["type"] for e in web if e["call_id"] == call_id]
     assert kinds[0] == "tool.created" and kinds[-1] == "tool.completed"
     order = [

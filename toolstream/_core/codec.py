@@ -114,7 +114,27 @@ def _encode_record(record: object) -> dict[str, object]:
 
 
 _ENVELOPE = ("id", "session", "ts", "run_id", "call_id", "tool", "parent_call_id")
-_ENCODERS: dict[type, tuple[str, ...]] = {}
+_ENCODERS: dict[type, Callable[[Event], dict[str, Any]]] = {}
+_PLAIN_TYPES = frozenset({str, float, int, bool, dict, list})
+
+
+def _compile_encoder(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """A function written for ``cls``: one attribute read and one test per field,
+    no loop (about twice as fast as a generic loop; names come from the attrs class)."""
+    lines = [
+        "def encode(e):",
+        f"    out = {{'v': {SCHEMA_VERSION!r}, 'type': {cls.type!r}}}",
+    ]
+    for f in attrs.fields(cls):
+        assert f.name.isidentifier()
+        lines.append(f"    v = e.{f.name}")
+        lines.append(
+            f"    if v is not None: out[{f.name!r}] = v if type(v) in plain else convert(v)"
+        )
+    lines.append("    return out")
+    namespace: dict[str, Any] = {"plain": _PLAIN_TYPES, "convert": _plain}
+    exec("\n".join(lines), namespace)  # generated from the class's own field names
+    return cast("Callable[[Event], dict[str, Any]]", namespace["encode"])
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -124,30 +144,12 @@ def to_dict(event: Event) -> dict[str, Any]:
     always present (``""`` on run, batch and reset events).
     """
     cls = type(event)
-    names = _ENCODERS.get(cls)
-    if names is None:
+    encode = _ENCODERS.get(cls)
+    if encode is None:
         if cls not in EVENT_TYPES:
             raise TypeError(f"to_dict() takes a toolstream event, not {cls.__name__}")
-        names = tuple(f.name for f in attrs.fields(cls))
-        _ENCODERS[cls] = names
-    out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": cls.type}
-    for name in names:
-        value = getattr(event, name)
-        if value is None:
-            continue
-        kind = type(value)
-        if (
-            kind is str
-            or kind is float
-            or kind is int
-            or kind is bool
-            or kind is dict
-            or kind is list
-        ):
-            out[name] = value
-        else:
-            out[name] = _plain(value)
-    return out
+        encode = _ENCODERS[cls] = _compile_encoder(cls)
+    return encode(event)
 
 
 # -- decoding ---------------------------------------------------------------------------

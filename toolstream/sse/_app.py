@@ -288,7 +288,8 @@ class SSEApp:
     def _encode_batch(self, encoder: Encoder, batch: list[Any]) -> bytes:
         if not getattr(encoder.dialect, "stateless", False):
             return b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
-        shared = self._shared
+        # With one client there is nobody to share with: skip the cache's bookkeeping.
+        shared = self._shared if len(self._streams) > 1 else {}
         name = encoder.dialect.name
         native = type(encoder.dialect) is Native
         parts = []
