@@ -45,7 +45,7 @@ from .events import (
     ToolOutputPartial,
     ToolProgress,
 )
-from .view import LiveView, parse_event_id
+from .view import LiveView, compare_ids, parse_event_id
 from .wake import Waiter, checkpoint, current_backend, make_waiter
 
 logger = logging.getLogger("toolstream.bus")
@@ -149,6 +149,14 @@ class Bus(Protocol):
     async def aclose(self) -> None:
         """End every subscription; publishing afterwards raises ``BusClosed``."""
         ...
+
+
+def wake_all(wakes: list[tuple[Subscription[Any], Waiter]]) -> None:
+    """Wake the consumers of ``wakes`` (outside the lock that collected them)."""
+    if wakes:
+        tid = _get_ident()
+        for _, waiter in wakes:
+            waiter.wake(tid)
 
 
 def check_subscribe(
@@ -330,11 +338,7 @@ class EventBus(_Host):
         ``ValueError`` for ids of different epochs (another bus instance, e.g.
         before a restart) or strings that are not ids of this kind.
         """
-        ea, sa = parse_event_id(a)
-        eb, sb = parse_event_id(b)
-        if ea != eb:
-            raise ValueError(f"ids of different epochs do not compare: {a!r}, {b!r}")
-        return (sa > sb) - (sa < sb)
+        return compare_ids(a, b)
 
     # -- publishing ------------------------------------------------------------------
 
@@ -727,9 +731,7 @@ class EventBus(_Host):
             for log in logs:
                 wakes.extend(log.waiters)
                 log.waiters = []
-        tid = _get_ident()
-        for _, waiter in wakes:
-            waiter.wake(tid)
+        wake_all(wakes)
 
     async def aclose(self) -> None:
         """End every subscription; publishing afterwards raises ``BusClosed``."""
@@ -878,9 +880,7 @@ class Subscription(Generic[E_co]):
                 log.subs.discard(self)
                 bus._unregister(self, log, wake=True)
             wakes, bus._wakes = bus._wakes, []
-        tid = _get_ident()
-        for _, waiter in wakes:
-            waiter.wake(tid)
+        wake_all(wakes)
 
     async def aclose(self) -> None:
         """Release the subscription."""

@@ -58,11 +58,16 @@ def parse_event_id(event_id: str) -> tuple[str, int]:
     return epoch, int(seq)
 
 
-def _default_compare(a: str, b: str) -> int:
+def compare_ids(a: str, b: str) -> int:
+    """-1, 0 or 1 as event id ``a`` is before, equal to or after ``b``.
+
+    ``ValueError`` for ids of different epochs (another bus, e.g. before a restart) or
+    strings that are not ids of this kind.
+    """
     ea, sa = parse_event_id(a)
     eb, sb = parse_event_id(b)
     if ea != eb:
-        raise ValueError("ids of different epochs do not compare")
+        raise ValueError(f"ids of different epochs do not compare: {a!r}, {b!r}")
     return (sa > sb) - (sa < sb)
 
 
@@ -197,7 +202,7 @@ class LiveView:
         self.max_finished = max_finished
         self.max_runs = max_runs
         self.max_text = max_text
-        self._compare = compare or _default_compare
+        self._compare = compare or compare_ids
         # The bus feeds its own views strictly in order: they skip the replay check.
         self._check_replays = True
         self._calls: dict[str, _Call] = {}

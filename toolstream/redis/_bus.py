@@ -34,6 +34,7 @@ from toolstream._core.bus import (
     _Log,
     _publishable,
     check_subscribe,
+    wake_all,
 )
 from toolstream._core.codec import from_dict, to_dict
 from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
@@ -56,7 +57,7 @@ from toolstream._core.events import (
     ToolStarted,
 )
 from toolstream._core.jsonenc import dumps
-from toolstream._core.view import LiveView, parse_event_id
+from toolstream._core.view import LiveView, compare_ids, parse_event_id
 from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
 
@@ -110,6 +111,11 @@ def _entry_seq(entry: str) -> int:
 
 def _seq_entry(seq: int) -> str:
     return f"{seq // _SCALE}-{seq % _SCALE}"
+
+
+def _event_seq(event: Event) -> int:
+    """The number in an event's ``"<epoch>-<number>"`` id."""
+    return int(event.id.rpartition("-")[2])
 
 
 def _redact(url: str) -> str:
@@ -168,6 +174,13 @@ class _State:
     floor: int  # cursors below this cannot be served (trimmed, or before the checkpoint)
     base: LiveView  # the state at the checkpoint (or empty)
     events: list[tuple[int, Event]]  # retained events after the checkpoint
+
+    def folded(self) -> LiveView:
+        """The state after every retained event (advances the base view: call once)."""
+        view = self.base
+        for _, event in self.events:
+            view.apply(event)
+        return view
 
 
 class RedisBus:
@@ -285,17 +298,15 @@ class RedisBus:
         )
 
     def _ensure_epoch_sync(self) -> str:
-        key = f"{self.prefix}:epoch"
-        self._sync.set(key, secrets.token_hex(6), nx=True)
-        epoch = self._sync.get(key)
-        assert isinstance(epoch, str)
-        return epoch
+        """The keyspace's epoch, created if there is none (SET NX GET: one round trip)."""
+        token = secrets.token_hex(6)
+        old = self._sync.set(f"{self.prefix}:epoch", token, nx=True, get=True)
+        return str(old) if old is not None else token
 
     async def _ensure_epoch(self) -> str:
-        key = f"{self.prefix}:epoch"
-        await self._redis.set(key, secrets.token_hex(6), nx=True)
-        epoch = await self._redis.get(key)
-        assert isinstance(epoch, str)
+        token = secrets.token_hex(6)
+        old = await self._redis.set(f"{self.prefix}:epoch", token, nx=True, get=True)
+        epoch = str(old) if old is not None else token
         self._set_epoch(epoch)
         return epoch
 
@@ -330,11 +341,7 @@ class RedisBus:
     def compare(self, a: str, b: str) -> int:
         """-1, 0 or 1 as id ``a`` is before, equal to or after ``b``; ``ValueError`` for
         ids of different epochs or strings that are not ids."""
-        ea, sa = parse_event_id(a)
-        eb, sb = parse_event_id(b)
-        if ea != eb:
-            raise ValueError(f"ids of different epochs do not compare: {a!r}, {b!r}")
-        return (sa > sb) - (sa < sb)
+        return compare_ids(a, b)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -389,14 +396,13 @@ class RedisBus:
                     "closing with %d events not written to Redis (unreachable)",
                     len(self._outbox),
                 )
-        for sub in list(self._subs):
+        subs = list(self._subs)  # (closing one removes it from the set)
+        for sub in subs:
             sub.close()
-        for sub in list(self._subs):
+        for sub in subs:
             await sub.aclose()
         for task in self._tasks:
-            while not task.done():  # see RedisSubscription.aclose: a cancel can be lost
-                task.cancel()
-                await asyncio.wait({task}, timeout=0.05)
+            await _stop(task)
         self._tasks = []
         if self._registered:
             try:
@@ -508,8 +514,6 @@ class RedisBus:
                     f"{target - self._settled} events not yet written to Redis "
                     f"({_redact(self.url)} unreachable?)"
                 )
-            if not self._tasks and not self._closed:
-                self._start_here()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -575,7 +579,7 @@ class RedisBus:
                 args += ("S", session)
             data = to_dict(ev)
             del data["id"]
-            entry = _seq_entry(int(ev.id.rpartition("-")[2]))
+            entry = _seq_entry(_event_seq(ev))
             blob = dumps(data)
             kind = kinds.get(type(ev))
             if kind is None:
@@ -619,7 +623,7 @@ class RedisBus:
                 marks = self._marks[session] = ([0], deque())
             count = marks[0][0] = marks[0][0] + 1
             if count % step == 0:
-                marks[1].append((count, _seq_entry(int(ev.id.rpartition("-")[2]))))
+                marks[1].append((count, _seq_entry(_event_seq(ev))))
             while marks[1] and count - marks[1][0][0] >= self.replay:
                 due[session] = marks[1].popleft()[1]
         for session, entry in due.items():
@@ -630,14 +634,11 @@ class RedisBus:
 
     async def _checkpoint(self, session: str, entry: str) -> None:
         state = await self._read_state(session, upto=entry)
-        view = state.base
-        for _, ev in state.events:
-            view.apply(ev)
         reset = StreamReset(
             id=f"{state.epoch}-{_entry_seq(entry)}",
             session=session,
             ts=self._clock(),
-            snapshot=view.snapshot(),
+            snapshot=state.folded().snapshot(),
         )
         blob = dumps(to_dict(reset))
         trim = _seq_entry(_entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
@@ -751,15 +752,12 @@ class RedisBus:
         return self._snapshot_of(session, self._parse_state(cast(Sequence[Any], raw)), run)
 
     def _snapshot_of(self, session: str, state: _State, run: str | None) -> Snapshot:
-        view = state.base
-        top = 0
-        for seq, ev in state.events:
-            view.apply(ev)
-            top = seq
+        view = state.folded()
+        top = state.events[-1][0] if state.events else 0
         with self._lock:
             pending = [ev for ev in self._outbox if ev.session == session]
         for ev in pending:  # written meanwhile or not: apply what Redis did not show
-            if int(ev.id.rpartition("-")[2]) > top:
+            if _event_seq(ev) > top:
                 view.apply(ev)
         return view.snapshot(run_id=run)
 
@@ -939,7 +937,7 @@ class RedisSubscription(Subscription[E_co]):
         if need_reset:
             if after is not None:
                 bus._stats.resets += 1
-            position = cursor if not done else (events[-1][0] if events else st.last)
+            position = st.last if done else cursor
             reset = StreamReset(
                 id=f"{epoch}-{position}",
                 session=self.session or "",
@@ -952,9 +950,12 @@ class RedisSubscription(Subscription[E_co]):
                 self._pending = [reset]
                 self.starts_with_reset = True
                 self._done = done
-            self.start_after = after if after is not None and reset is None else None
-            if self.start_after is None:
-                self.start_after = reset.id if reset is not None else f"{epoch}-{cursor}"
+            if reset is not None:
+                self.start_after = reset.id
+            elif after is not None:
+                self.start_after = after
+            else:
+                self.start_after = f"{epoch}-{cursor}"
             if self._with_state:
                 self.state = reset.snapshot if reset is not None else view.snapshot(run_id=run)
             if not done:
@@ -963,7 +964,7 @@ class RedisSubscription(Subscription[E_co]):
                 log.events.extend(tail)
                 if after is not None and reset is None:
                     self._replay_end = len(tail)
-            self._entry = _seq_entry(max(st.last, events[-1][0] if events else 0))
+            self._entry = _seq_entry(st.last)
 
     def _cursor_for(self, after: str, st: _State) -> int | None:
         try:
@@ -1040,16 +1041,13 @@ class RedisSubscription(Subscription[E_co]):
         bus = self._rbus
         await bus._ensure_epoch()
         state = await bus._read_state(self.session or "")
-        view = state.base
-        for _, ev in state.events:
-            view.apply(ev)
-        top = max(state.last, state.events[-1][0] if state.events else 0)
+        top = state.last
         reset = StreamReset(
             id=f"{state.epoch}-{top}",
             session=self.session or "",
             ts=bus._clock(),
             run_id=self.run,
-            snapshot=view.snapshot(run_id=self.run),
+            snapshot=state.folded().snapshot(run_id=self.run),
         )
         bus._stats.resets += 1
         self._epoch = state.epoch
@@ -1057,9 +1055,9 @@ class RedisSubscription(Subscription[E_co]):
         with self._host._lock:
             self._pending.append(reset)
             wakes = self._take_waiters()
-        _wake(wakes)
+        wake_all(wakes)
 
-    def _take_waiters(self) -> list[Any]:
+    def _take_waiters(self) -> list[tuple[Subscription[Any], Any]]:
         log = self._log
         assert log is not None
         wakes = log.waiters
@@ -1087,7 +1085,7 @@ class RedisSubscription(Subscription[E_co]):
             if over:
                 host._cut(self, log)
             wakes = self._take_waiters()
-        _wake(wakes)
+        wake_all(wakes)
         return not over
 
     def _cut_now(self, why: str) -> None:
@@ -1096,7 +1094,7 @@ class RedisSubscription(Subscription[E_co]):
         with self._host._lock:
             self._host._cut(self, log)
             wakes = self._take_waiters()
-        _wake(wakes)
+        wake_all(wakes)
         logger.info("subscription to %s cut: %s", self.session, why)
 
     async def _fill(self) -> bool:
@@ -1126,11 +1124,7 @@ class RedisSubscription(Subscription[E_co]):
         self.close()
         task = self._task
         if task is not None and self._task_loop is asyncio.get_running_loop():
-            # Python 3.10/3.11's wait_for (inside redis-py's send) can swallow a
-            # cancellation that lands as a write completes: cancel until it ends.
-            while not task.done():
-                task.cancel()
-                await asyncio.wait({task}, timeout=0.05)
+            await _stop(task)
             if not task.cancelled() and task.exception() is not None:
                 logger.error("subscription reader failed: %r", task.exception())
 
@@ -1143,20 +1137,23 @@ class RedisSubscription(Subscription[E_co]):
         await self.aclose()
 
 
+# Python 3.10/3.11's ``wait_for`` (inside redis-py's send) can swallow a cancellation
+# that lands as a write completes, which would leave a task blocked in XREAD for
+# seconds: both ways of stopping a task cancel it again until it has ended.
+
+
 def _cancel_until_done(task: asyncio.Task[None], loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel ``task``, and again every 50 ms until it ends: Python 3.10/3.11's
-    ``wait_for`` (inside redis-py's send) can swallow a cancellation that lands as a write
-    completes, which would leave the reader blocked in XREAD for seconds."""
+    """Cancel ``task`` now and every 50 ms until it ends (without waiting for it)."""
     if not task.done():
         task.cancel()
         loop.call_later(0.05, _cancel_until_done, task, loop)
 
 
-def _wake(wakes: list[Any]) -> None:
-    if wakes:
-        tid = threading.get_ident()
-        for _, waiter in wakes:
-            waiter.wake(tid)
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` until it ends, and wait for that."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
 
 
 async def _close_quietly(client: aredis.Redis) -> None:
