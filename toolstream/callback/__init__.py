@@ -44,25 +44,36 @@ class _Sink:
     async def _handle(self, event: ts.Event) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def _invoke(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[None] | None:
+        """Call ``fn``, isolating its failure: None when it is done, or what to await
+        if it returned an awaitable (its failure isolated too)."""
         try:
             result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                await result
         except Exception:
-            self.errors += 1
-            logger.exception("callback %r failed (isolated; the stream goes on)", fn)
-
-    def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
-        """Handle ``event``: None when done at once, else what to await."""
-        return self._handle(event)
+            self._failed(fn)
+            return None
+        if result is None or not inspect.isawaitable(result):
+            return None
+        return self._awaited(result, fn)
 
     async def _awaited(self, pending: Awaitable[object], fn: Callable[..., Any]) -> None:
         try:
             await pending
         except Exception:
-            self.errors += 1
-            logger.exception("callback %r failed (isolated; the stream goes on)", fn)
+            self._failed(fn)
+
+    def _failed(self, fn: Callable[..., Any]) -> None:
+        self.errors += 1
+        logger.exception("callback %r failed (isolated; the stream goes on)", fn)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        pending = self._invoke(fn, *args, **kwargs)
+        if pending is not None:
+            await pending
+
+    def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
+        """Handle ``event``: None when done at once, else what to await."""
+        return self._handle(event)
 
     async def _consume(self, sub: ts.Subscription[Any]) -> None:
         while True:
@@ -123,20 +134,8 @@ class CallbackSink(_Sink):
         super().__init__(bus, session=session, types=types)
         self.callback = callback
 
-    async def _handle(self, event: ts.Event) -> None:  # pragma: no cover - see _dispatch
-        await self._call(self.callback, event)
-
     def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
-        callback = self.callback
-        try:
-            result = callback(event)
-        except Exception:
-            self.errors += 1
-            logger.exception("callback %r failed (isolated; the stream goes on)", callback)
-            return None
-        if result is None or not inspect.isawaitable(result):
-            return None
-        return self._awaited(result, callback)
+        return self._invoke(self.callback, event)
 
     async def __aenter__(self) -> CallbackSink:
         await super().__aenter__()

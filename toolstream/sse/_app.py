@@ -9,7 +9,15 @@ from typing import Any
 
 import anyio
 
-from toolstream import Bus, BusUnavailable, DialectError, SlowConsumer, StreamReset, Subscription
+from toolstream import (
+    Bus,
+    BusUnavailable,
+    DialectError,
+    Event,
+    SlowConsumer,
+    StreamReset,
+    Subscription,
+)
 from toolstream._core.codec import to_dict
 from toolstream._core.jsonenc import dumpb, dumps
 from toolstream._serving import (
@@ -51,6 +59,23 @@ def encode_frame(frame: Frame) -> bytes:
     if frame.id:
         head += f"id: {frame.id}\n"
     return f"{head}data: {data}\n\n".encode()
+
+
+def native_frame(event: Event) -> bytes:
+    """What ``Encoder(Native())`` and :func:`encode_frame` give for one event, without
+    their per-event objects: the type is a class constant and the id the bus's (neither
+    holds CR or LF), and the JSON is on one line."""
+    return b"".join(
+        (
+            b"event: ",
+            event.type.encode(),
+            b"\nid: ",
+            event.id.encode(),
+            b"\ndata: ",
+            dumpb(to_dict(event)),
+            b"\n\n",
+        )
+    )
 
 
 async def frames(
@@ -304,20 +329,7 @@ class SSEApp:
             data = shared.get(key)
             if data is None:
                 if native:
-                    # What Encoder + encode_frame give for the native dialect, without
-                    # their per-event objects: the type is a class constant and the id
-                    # the bus's, neither with CR or LF; the JSON is on one line.
-                    data = b"".join(
-                        (
-                            b"event: ",
-                            event.type.encode(),
-                            b"\nid: ",
-                            event.id.encode(),
-                            b"\ndata: ",
-                            dumpb(to_dict(event)),
-                            b"\n\n",
-                        )
-                    )
+                    data = native_frame(event)
                 else:
                     data = b"".join(encode_frame(f) for f in encoder.encode(event))
                 if len(shared) >= _SHARED_FRAMES:
