@@ -28,6 +28,17 @@ from benchmarks import (
 from toolstream._core.jsonenc import ENCODER
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Every benchmark, in the report's order: results.json key, module (run() and report()).
+SUITES: list[tuple[str, Any]] = [
+    ("bus", bench_bus),
+    ("stall", bench_stall),
+    ("callbacks", bench_callbacks),
+    ("memory", bench_memory),
+    ("scaling", bench_scaling),
+    ("sse", bench_sse),
+    ("websocket", bench_ws),
+    ("redis", bench_redis),
+]
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
 
@@ -49,38 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    results = {
-        "machine": machine(),
-        "bus": bench_bus.run(quick=args.quick),
-        "stall": bench_stall.run(quick=args.quick),
-        "callbacks": bench_callbacks.run(quick=args.quick),
-        "memory": bench_memory.run(quick=args.quick),
-        "scaling": bench_scaling.run(quick=args.quick),
-        "sse": bench_sse.run(quick=args.quick),
-        "websocket": bench_ws.run(quick=args.quick),
-        "redis": bench_redis.run(quick=args.quick),
-    }
+    results: dict[str, Any] = {"machine": machine()}
+    for key, suite in SUITES:
+        results[key] = suite.run(quick=args.quick)
     env = results["machine"]
     text = (
         f"Measured {env['date']} on {env['platform']}, {env['cpus']} CPUs, "
         f"{env['implementation']} {env['python']}"
         + (" (quick smoke run: sizes too small to mean anything)." if args.quick else ".")
         + "\n\n"
-        + bench_bus.report(results["bus"])
-        + "\n"
-        + bench_stall.report(results["stall"])
-        + "\n"
-        + bench_callbacks.report(results["callbacks"])
-        + "\n"
-        + bench_memory.report(results["memory"])
-        + "\n"
-        + bench_scaling.report(results["scaling"])
-        + "\n"
-        + bench_sse.report(results["sse"])
-        + "\n"
-        + bench_ws.report(results["websocket"])
-        + "\n"
-        + bench_redis.report(results["redis"])
+        + "\n".join(suite.report(results[key]) for key, suite in SUITES)
     )
     print(text)
     if not args.no_write and not args.quick:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import statistics
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -46,3 +49,31 @@ async def drain_raw(receive: Any, events: int) -> int:
                 break
             n += 1
     return n
+
+
+def interleaved(
+    a: Callable[[], Awaitable[float] | float],
+    b: Callable[[], Awaitable[float] | float],
+    rounds: int,
+    backend: str,
+) -> tuple[float, float]:
+    """Median results of ``a`` and ``b`` (a number, or an awaitable of one, run on
+    ``backend``), measured A B A B so a noisy neighbour hurts both alike."""
+    ta: list[float] = []
+    tb: list[float] = []
+
+    def run(fn: Callable[[], Awaitable[float] | float]) -> float:
+        gc.collect()
+        result = fn()
+        if isinstance(result, float):
+            return result
+
+        async def wrap() -> float:
+            return await result
+
+        return anyio.run(wrap, backend=backend)
+
+    for _ in range(rounds):
+        ta.append(run(a))
+        tb.append(run(b))
+    return statistics.median(ta), statistics.median(tb)

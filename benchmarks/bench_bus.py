@@ -14,11 +14,8 @@ toolstream run checks that nothing was coalesced, cut or lost.
 
 from __future__ import annotations
 
-import gc
 import math
-import statistics
 import time
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -26,7 +23,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
-from benchmarks._common import drain_batches, drain_raw
+from benchmarks._common import drain_batches, drain_raw, interleaved
 
 BURST = 64  # events published between two checkpoints of the producer
 
@@ -238,33 +235,6 @@ async def noop_raw(calls: int) -> float:
 # -- running ---------------------------------------------------------------------------
 
 
-def _rounds(
-    a: Callable[[], Awaitable[float] | float],
-    b: Callable[[], Awaitable[float] | float],
-    rounds: int,
-    backend: str,
-) -> tuple[float, float]:
-    """Median seconds of ``a`` and ``b``, interleaved A B A B."""
-    ta: list[float] = []
-    tb: list[float] = []
-
-    def run(fn: Callable[[], Awaitable[float] | float]) -> float:
-        gc.collect()
-        result = fn()
-        if isinstance(result, float):
-            return result
-
-        async def wrap() -> float:
-            return await result
-
-        return anyio.run(wrap, backend=backend)
-
-    for _ in range(rounds):
-        ta.append(run(a))
-        tb.append(run(b))
-    return statistics.median(ta), statistics.median(tb)
-
-
 def run(*, quick: bool = False) -> dict[str, Any]:
     """All bus benchmarks; ``quick`` uses tiny sizes (the test suite's smoke run)."""
     rounds = 1 if quick else 5
@@ -274,13 +244,13 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             total = 2_000 if quick else 400_000
             events = max(BURST, min(50_000, total // subscribers))
             events -= events % BURST
-            ours, item = _rounds(
+            ours, item = interleaved(
                 partial(fanout_toolstream, subscribers, events),
                 partial(fanout_raw, subscribers, events, drain=False),
                 rounds,
                 backend,
             )
-            ours2, drain = _rounds(
+            ours2, drain = interleaved(
                 partial(fanout_toolstream, subscribers, events, drain=True),
                 partial(fanout_raw, subscribers, events, drain=True),
                 rounds,
@@ -301,7 +271,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                 }
             )
         n = 2_000 if quick else 200_000
-        ours_s, raw_s = _rounds(
+        ours_s, raw_s = interleaved(
             partial(publish_toolstream, n), partial(publish_raw, n), rounds, backend
         )
         results["publish"][backend] = {
@@ -310,7 +280,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             "ratio": ours_s / raw_s,
         }
         calls = 500 if quick else 20_000
-        ours_c, raw_c = _rounds(
+        ours_c, raw_c = interleaved(
             partial(noop_toolstream, calls), partial(noop_raw, calls), rounds, backend
         )
         results["noop_call"][backend] = {

@@ -10,15 +10,15 @@ all callbacks together; ratio > 1: toolstream faster.
 from __future__ import annotations
 
 import contextlib
-import gc
-import statistics
 import time
+from functools import partial
 from typing import Any
 
 import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
+from benchmarks._common import interleaved
 from toolstream.callback import CallbackSink
 
 BURST = 64
@@ -96,14 +96,12 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for backend in ("asyncio", "trio"):
         for callbacks in (1, 10, 100):
             events = (640 if quick else 64_000) // max(1, callbacks // 10)
-            ours: list[float] = []
-            peer: list[float] = []
-            for _ in range(rounds):
-                gc.collect()
-                ours.append(anyio.run(toolstream_run, callbacks, events, backend=backend))
-                gc.collect()
-                peer.append(anyio.run(pyee_run, callbacks, events, backend=backend))
-            a, b = statistics.median(ours), statistics.median(peer)
+            a, b = interleaved(
+                partial(toolstream_run, callbacks, events),
+                partial(pyee_run, callbacks, events),
+                rounds,
+                backend,
+            )
             results.append(
                 {
                     "backend": backend,

@@ -12,9 +12,7 @@ Plots go to docs/images/bench-*.png (``plot()``), the numbers to results.json.
 
 from __future__ import annotations
 
-import gc
 import math
-import statistics
 import time
 from functools import partial
 from pathlib import Path
@@ -25,7 +23,7 @@ from anyio.lowlevel import checkpoint
 
 import toolstream as ts
 from benchmarks import bench_bus
-from benchmarks._common import Countdown, drain_batches, drain_raw
+from benchmarks._common import Countdown, drain_batches, drain_raw, interleaved
 
 BURST = 64
 
@@ -146,18 +144,6 @@ async def sessions_raw(sessions: int, events: int) -> float:
     return per * sessions / elapsed
 
 
-def _pair(a: Any, b: Any, rounds: int) -> tuple[float, float]:
-    """Median events/s of ``a`` and ``b`` (callables returning events/s), interleaved."""
-    xs: list[float] = []
-    ys: list[float] = []
-    for _ in range(rounds):
-        gc.collect()
-        xs.append(anyio.run(a, backend="asyncio"))
-        gc.collect()
-        ys.append(anyio.run(b, backend="asyncio"))
-    return statistics.median(xs), statistics.median(ys)
-
-
 def _growth(xs: list[int], ours: list[float], *, per_byte: bool = False) -> list[str]:
     """Where the cost grows faster than linearly: the cost per delivered event (per
     byte, for the payload curve) rising by more than 1.5x from one point to the next."""
@@ -188,7 +174,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         async def raw_s(s: int = s, events: int = events) -> float:
             return s * events / await bench_bus.fanout_raw(s, events, drain=True)
 
-        a, b = _pair(ours_s, raw_s, rounds)
+        a, b = interleaved(ours_s, raw_s, rounds, "asyncio")
         rows.append({"x": s, "toolstream_per_s": a, "raw_per_s": b})
     curves["subscribers"] = rows
 
@@ -196,8 +182,11 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     rows = []
     for size in sizes:
         events = 640 if quick else max(2_048, 40_960 * 100 // size // 64 * 64)
-        a, b = _pair(
-            partial(payload_toolstream, size, events), partial(payload_raw, size, events), rounds
+        a, b = interleaved(
+            partial(payload_toolstream, size, events),
+            partial(payload_raw, size, events),
+            rounds,
+            "asyncio",
         )
         rows.append({"x": size, "toolstream_per_s": a, "raw_per_s": b})
     curves["payload"] = rows
@@ -206,8 +195,11 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     rows = []
     for n in counts:
         events = 1_000 if quick else 100_000
-        a, b = _pair(
-            partial(sessions_toolstream, n, events), partial(sessions_raw, n, events), rounds
+        a, b = interleaved(
+            partial(sessions_toolstream, n, events),
+            partial(sessions_raw, n, events),
+            rounds,
+            "asyncio",
         )
         rows.append({"x": n, "toolstream_per_s": a, "raw_per_s": b})
     curves["sessions"] = rows
