@@ -25,7 +25,6 @@ from typing import (
     Protocol,
     TypeAlias,
     TypeVar,
-    cast,
     overload,
     runtime_checkable,
 )
@@ -33,9 +32,9 @@ from typing import (
 import attrs
 from typing_extensions import Self
 
+from .build import _BUILDERS, builder, check_fields
 from .errors import BusClosed, SlowConsumer
 from .events import (
-    EVENT_TYPES,
     Event,
     RunFinished,
     Snapshot,
@@ -62,52 +61,6 @@ E_co = TypeVar("E_co", bound=Event, covariant=True)
 
 _get_ident = threading.get_ident
 _MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
-_EVENT_OVERHEAD = 160  # approximate fixed bytes of an event object in the replay window
-
-
-_PUBLISHABLE: set[type] = {cls for cls in EVENT_TYPES if cls is not StreamReset}
-
-
-def _publishable(event_type: object) -> bool:
-    """Subclasses of the event classes may be published too (remembered once checked)."""
-    ok = (
-        isinstance(event_type, type)
-        and issubclass(event_type, Event)
-        and not issubclass(event_type, StreamReset)
-    )
-    if ok:
-        _PUBLISHABLE.add(event_type)  # type: ignore[arg-type]
-    return ok
-
-
-def _approx_size(fields: dict[str, Any]) -> int:
-    size = _EVENT_OVERHEAD
-    for value in fields.values():
-        if value is None:
-            continue
-        kind = type(value)
-        if kind is str:
-            size += len(value)
-        elif kind is dict or kind is list or kind is tuple:
-            size += _deep_size(value, 0)
-        else:
-            size += 16
-    return size
-
-
-def _deep_size(value: object, depth: int) -> int:
-    if isinstance(value, str):
-        return len(value) + 8
-    if depth > 40:
-        return 16
-    if isinstance(value, dict):
-        return 32 + sum(len(str(k)) + 8 + _deep_size(v, depth + 1) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return 32 + sum(_deep_size(v, depth + 1) for v in value)
-    if attrs.has(type(value)):
-        fields = attrs.fields(cast(Any, type(value)))
-        return 64 + sum(_deep_size(getattr(value, f.name), depth + 1) for f in fields)
-    return 16
 
 
 @runtime_checkable
@@ -301,6 +254,7 @@ class EventBus(_Host):
         self._max_finished = max_finished
         #: A random token per bus instance: ids of another instance do not compare.
         self.epoch = secrets.token_hex(6)
+        self._prefix = f"{self.epoch}-"
         self._seq = 0
         self._logs: dict[str, _Log] = {}
         self._all: _Log | None = None  # the all-sessions log, once someone needs it
@@ -309,7 +263,6 @@ class EventBus(_Host):
         self._high = replay + max(32, replay // 4)
         self._sweep_every = min(session_ttl / 4, 60.0)
         self._last_sweep = clock()
-        self._published = 0
 
     def __repr__(self) -> str:
         return f"<EventBus epoch={self.epoch} seq={self._seq} sessions={len(self._logs)}>"
@@ -322,7 +275,7 @@ class EventBus(_Host):
     @property
     def stats(self) -> BusStats:
         """Counters: events published, coalesced away, subscriptions cut, resets sent."""
-        self._stats.published = self._published
+        self._stats.published = self._seq  # one seq per event published
         return self._stats
 
     @property
@@ -349,24 +302,31 @@ class EventBus(_Host):
         Safe from any thread; never waits for a subscriber. Trackers call this; you
         rarely need to. ``StreamReset`` cannot be published (the bus makes them).
         """
-        return self._publish(event_type, fields)
-
-    def _publish(self, event_type: type[E], fields: dict[str, Any]) -> E:
-        """``publish`` with the fields as one dict, which this call takes over."""
-        if event_type not in _PUBLISHABLE and not _publishable(event_type):
+        if builder(event_type) is None:
             raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
         session = fields.get("session")
         if type(session) is not str or not session:
             raise ValueError(f"an event needs a non-empty session string, got {session!r}")
-        size = _approx_size(fields)
+        return self._publish(event_type, fields, check_fields(event_type, fields))
+
+    def _publish(self, event_type: type[E], fields: dict[str, Any], extra: int = 0) -> E:
+        """``publish`` for trackers, with the fields as one dict this call takes over.
+
+        What ``publish`` checks holds already: ``event_type`` is a lifecycle class,
+        the session a non-empty string (checked when the tracker was made) and the
+        fields are the class's. ``extra`` is added to the event's size estimate.
+        """
+        build = _BUILDERS[event_type]
+        session = fields["session"]
         with self._lock:
             if self._closed:
                 raise BusClosed("the bus is closed")
             seq = self._seq + 1
             ts = self._clock()
-            fields["id"] = f"{self.epoch}-{seq}"
+            fields["id"] = f"{self._prefix}{seq}"
             fields["ts"] = ts
-            event = event_type(**fields)
+            event, size = build(fields)
+            size += extra
             self._seq = seq
             log = self._logs.get(session)
             if log is None:
@@ -397,12 +357,11 @@ class EventBus(_Host):
             if self._wakes:
                 wakes = wakes + self._wakes
                 self._wakes = []
-            self._published += 1
         if wakes:
             tid = _get_ident()
             for _, waiter in wakes:
                 waiter.wake(tid)
-        return event
+        return event  # type: ignore[return-value]  # built from event_type
 
     def _new_log(self, session: str) -> _Log:
         view = LiveView(max_finished=self._max_finished, compare=self.compare)
@@ -434,8 +393,7 @@ class EventBus(_Host):
             return 0
         view = log.view
         if view is not None:
-            for event in log.events[:k]:
-                view.apply(event)
+            view.fold(log.events[:k])
         freed = sum(log.sizes[:k])
         log.trimmed_seq = log.seqs[k - 1]
         del log.events[:k]
@@ -488,8 +446,7 @@ class EventBus(_Host):
         if k <= 0:
             return view
         view = view.copy()
-        for event in log.events[:k]:
-            view.apply(event)
+        view.fold(log.events[:k])
         return view
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:

@@ -116,6 +116,7 @@ _SCHEME_PREFIX = re.compile(r"(?i)(bearer|basic)(\s+)")
 _URL_CREDENTIALS = "://"
 _WORD_SPLIT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _KEY_CACHE_LIMIT = 4096
+_TEXT_CACHE_CHARS = 200  # texts up to this long have their published form remembered
 
 
 def _key_set(keys: Iterable[str]) -> frozenset[str]:
@@ -173,6 +174,7 @@ class PayloadPolicy:
     _pattern: re.Pattern[str] | None = attrs.field(init=False, eq=False, repr=False)
     _key_cache: dict[str, bool] = attrs.field(init=False, eq=False, repr=False, factory=dict)
     _defaults_only: bool = attrs.field(init=False, eq=False, repr=False, default=False)
+    _text_cache: dict[str, str] = attrs.field(init=False, eq=False, repr=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if self.max_bytes is not None and self.max_bytes < 256:
@@ -241,10 +243,23 @@ class PayloadPolicy:
 
         ``None`` stays ``None``; anything that is not a string becomes its bounded repr.
         """
+        if type(text) is str and len(text) <= _TEXT_CACHE_CHARS:
+            # Progress messages and summaries repeat: remember short results.
+            cache = self._text_cache
+            hit = cache.get(text)
+            if hit is None:
+                hit = self._shape_text(text)
+                if len(cache) >= _KEY_CACHE_LIMIT:
+                    cache.clear()
+                cache[text] = hit
+            return hit
         if text is None:
             return None
         if not isinstance(text, str):
             text = self._repr(text)
+        return self._shape_text(text)
+
+    def _shape_text(self, text: str) -> str:
         text = self.redact_text(text)
         cap = self.max_bytes
         if cap is not None and len(text) * 4 > cap:

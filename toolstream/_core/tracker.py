@@ -361,31 +361,54 @@ class CallHandle:
             current = _number(current)
             total = _number(total)
         t = self._tracker
-        if not self.hidden:
-            message = t.payload.text(message)
-            data = t._value(data) if data is not None else None
+        hidden = self.hidden
+        if not hidden:
+            if message is not None:
+                message = t.payload.text(message)
+            if data is not None:
+                data = t._value(data)
         with t._lock:
-            if not t._allowed(self, "progress", self._state < _DONE):
+            state = self._state
+            if state >= _DONE or t._closed:
+                t._allowed(self, "progress", state < _DONE)
                 return
-            if self._state < _RUNNING:
+            if state < _RUNNING:
                 self._start_locked(_UNSET, None)
-            if self.hidden:
+            if hidden:
                 return
-            fields = {
-                "fraction": fraction,
-                "current": current,
-                "total": total,
-                "message": message,
-                "data": data,
-            }
             if t.coalesce > 0:
+                fields = {
+                    "fraction": fraction,
+                    "current": current,
+                    "total": total,
+                    "message": message,
+                    "data": data,
+                }
                 pending = self._pending_progress
                 if pending is not None and message is None:
                     fields["message"] = pending["message"]
                 self._pending_progress = fields
                 t._schedule(self)
                 return
-            t._emit(ToolProgress, self, **fields)
+            # The hot path of a running tool: the whole event in one dict, no re-packing.
+            try:
+                t._send(
+                    ToolProgress,
+                    {
+                        "session": t.session,
+                        "run_id": self.run_id,
+                        "call_id": self.call_id,
+                        "tool": self.tool,
+                        "parent_call_id": self.parent_call_id,
+                        "fraction": fraction,
+                        "current": current,
+                        "total": total,
+                        "message": message,
+                        "data": data,
+                    },
+                )
+            except BusClosed:
+                t._bus_gone()
 
     def output_delta(self, text: str) -> None:
         """Text appended to the call's output so far. Implies the call is running."""

@@ -25,14 +25,13 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 from typing_extensions import Self
 
+from toolstream._core.build import builder, check_fields
 from toolstream._core.bus import (
-    _PUBLISHABLE,
     BusStats,
     Overflow,
     Subscription,
     _Host,
     _Log,
-    _publishable,
     check_subscribe,
     wake_all,
 )
@@ -425,11 +424,13 @@ class RedisBus:
         under (except when another process's entries for the same session are ahead
         of this clock: see ``stats.renumbered`` and docs/decisions.md).
         """
-        if event_type not in _PUBLISHABLE and not _publishable(event_type):
+        build = builder(event_type)
+        if build is None:
             raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
         session = fields.get("session")
         if type(session) is not str or not session:
             raise ValueError(f"an event needs a non-empty session string, got {session!r}")
+        check_fields(event_type, fields)
         kick = False
         with self._lock:
             if self._closed:
@@ -441,7 +442,7 @@ class RedisBus:
             self._last = seq
             fields["id"] = f"{self.epoch}-{seq}"
             fields["ts"] = ts
-            event = event_type(**fields)
+            event = build(fields)[0]
             outbox = self._outbox
             outbox.append(event)
             self._published += 1
@@ -451,7 +452,7 @@ class RedisBus:
                 self._kick_pending = kick = True
         if kick:
             self._kick()
-        return event
+        return event  # type: ignore[return-value]  # built from event_type
 
     def _overflow(self, newest: Event) -> None:
         """The outbox is over its limit (Redis away): apply ``outbox_overflow``."""
