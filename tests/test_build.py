@@ -4,13 +4,19 @@ builds; bad fields get a clear error; the size estimate follows the payload."""
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
 
 import toolstream as ts
-from toolstream._core.build import EVENT_OVERHEAD, approx_size, builder
+from toolstream._core.build import (
+    EVENT_OVERHEAD,
+    approx_size,
+    builder,
+    positional_fields,
+    tuple_builder,
+)
 from toolstream._core.view import LiveView
 
 SAMPLES: dict[str, Any] = {
@@ -46,8 +52,7 @@ SAMPLES: dict[str, Any] = {
 PUBLISHABLE = [cls for cls in ts.EVENT_TYPES if cls is not ts.StreamReset]
 
 
-def _envelope() -> dict[str, Any]:
-    return {"id": "abc-1", "session": "s", "ts": 1.5}
+ASSIGNED: dict[str, Any] = {"id": "abc-1", "ts": 1.5}
 
 
 @pytest.mark.parametrize("cls", PUBLISHABLE, ids=lambda c: c.__name__)
@@ -55,16 +60,22 @@ def test_built_events_equal_the_classes_own(cls: type[ts.Event]) -> None:
     build = builder(cls)
     assert build is not None
     names = [f.name for f in attrs.fields(cls)]
-    full = {**_envelope(), **{n: SAMPLES[n] for n in names if n in SAMPLES}}
-    event, size = build(dict(full))
+    full = {"session": "s", **{n: SAMPLES[n] for n in names if n in SAMPLES}}
+    event, size = build(dict(full), "abc-1", 1.5)
     assert type(event) is cls
-    assert event == cls(**full)
+    assert event == cls(**full, **ASSIGNED)
     assert size >= EVENT_OVERHEAD
+    # The same from the values by position (what a tracker's hot paths pass).
+    order = positional_fields(cls)
+    assert set(order) == set(names) - {"id", "ts"}
+    values = tuple(full.get(n, getattr(event, n)) for n in order)
+    same, same_size = tuple_builder(cls)(values, "abc-1", 1.5)
+    assert same == event and same_size == size
     # Fields left out take the class's defaults (factories called per event).
-    bare, _ = build(_envelope())
-    assert bare == cls(**_envelope())
+    bare, _ = build({"session": "s"}, "abc-1", 1.5)
+    assert bare == cls(session="s", **ASSIGNED)
     if cls is ts.BatchPhase:
-        other, _ = build(_envelope())
+        other, _ = build({"session": "s"}, "abc-1", 1.5)
         assert isinstance(bare, ts.BatchPhase) and isinstance(other, ts.BatchPhase)
         assert bare.counts is not other.counts
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
@@ -87,9 +98,12 @@ def test_publish_rejects_unknown_and_missing_fields_by_name() -> None:
     with pytest.raises(TypeError, match="Tagged needs the field 'tag'"):
         bus.publish(Tagged, session="s", call_id="c", tool="t")
     assert bus.stats.published == 0, "a rejected event takes no id"
+    # id and ts are the bus's to assign, whatever a caller passes.
+    own = bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", id="mine", ts=0.0)
+    assert own.id != "mine" and own.ts > 0
     event = bus.publish(Tagged, session="s", call_id="c", tool="t", tag="x", fraction=0.5)
     assert type(event) is Tagged and event.tag == "x" and event.fraction == 0.5
-    assert event.id.endswith("-1")
+    assert event.id.endswith("-2")
 
 
 def test_subclasses_the_generated_code_cannot_build_use_their_own_init() -> None:
@@ -120,10 +134,11 @@ def test_subclasses_the_generated_code_cannot_build_use_their_own_init() -> None
 def test_size_follows_the_payload_and_publish_counts_identifiers() -> None:
     build = builder(ts.ToolProgress)
     assert build is not None
-    _, small = build({**_envelope(), "call_id": "c", "tool": "t", "message": "x"})
-    _, large = build({**_envelope(), "call_id": "c", "tool": "t", "message": "x" * 10_000})
+    base = {"session": "s", "call_id": "c", "tool": "t"}
+    _, small = build({**base, "message": "x"}, "a-1", 1.0)
+    _, large = build({**base, "message": "x" * 10_000}, "a-1", 1.0)
     assert large - small == 9_999
-    _, nested = build({**_envelope(), "call_id": "c", "tool": "t", "data": {"k": ["v" * 5000]}})
+    _, nested = build({**base, "data": {"k": ["v" * 5000]}}, "a-1", 1.0)
     assert nested - small > 5000
     # Identifiers a tracker shares between events are not counted per event, but a
     # caller of publish() may pass a fresh one each time: the window's budget holds.
@@ -187,3 +202,44 @@ def test_short_texts_are_remembered_with_the_same_result() -> None:
     long = "a" * 300 + " Bearer abcdefghijklmnopqrstuvwxyz012345"
     shaped = policy.text(long)
     assert shaped is not None and "abcdefghijklmnopqrstuvwxyz012345" not in shaped
+
+
+class Forwarding:
+    """A bus that is not an ``EventBus``: trackers publish to it by keywords."""
+
+    def __init__(self) -> None:
+        self.inner = ts.EventBus()
+        self.kinds: list[str] = []
+
+    def publish(self, event_type: type[ts.Event], /, **fields: Any) -> ts.Event:
+        self.kinds.append(event_type.type)
+        return self.inner.publish(event_type, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _script(tracker: ts.Tracker) -> None:
+    h = tracker.create("search", call_id="c1")
+    h.start({"q": "x"})
+    h.progress(0.5, message="half")
+    h.progress(current=3, total=4, data={"rows": 3})
+    h.output_delta("some text ")
+    h.output_delta("and more")
+    h.complete({"ok": True})
+
+
+def test_a_tracker_publishes_the_same_events_to_any_bus() -> None:
+    direct = ts.EventBus()
+    _script(ts.Tracker(direct, "s"))
+    other = Forwarding()
+    _script(ts.Tracker(cast(ts.Bus, other), "s"))
+    assert other.kinds == [e.type for e in direct._logs["s"].events]
+
+    def shape(bus: ts.EventBus) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in attrs.asdict(e).items() if k not in ("id", "ts", "duration_s")}
+            for e in bus._logs["s"].events
+        ]
+
+    assert shape(other.inner) == shape(direct)

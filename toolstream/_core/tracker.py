@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, TypeVar, cast, overload
 import anyio
 from typing_extensions import ParamSpec, Self
 
+from .build import _BUILDERS, _TUPLE_BUILDERS, positional_fields
 from .bus import Bus, EventBus
 from .errors import BusClosed, LifecycleError
 from .events import (
@@ -63,6 +64,18 @@ _UNSET: Final[Any] = object()
 
 # Internal state codes: order is the lifecycle order.
 _NEW, _CREATED, _READY, _QUEUED, _RUNNING, _DONE = -1, 0, 1, 2, 3, 4
+
+# The hot paths pass these events' values by position (see ``Tracker._emit_values``).
+_ENVELOPE = ("session", "run_id", "call_id", "tool", "parent_call_id")
+if positional_fields(ToolProgress) != (
+    *_ENVELOPE,
+    "fraction",
+    "current",
+    "total",
+    "message",
+    "data",
+) or positional_fields(ToolOutputDelta) != (*_ENVELOPE, "text"):
+    raise ImportError("the tracker's positional events disagree with their classes' fields")
 _STATE_NAMES = {
     _NEW: None,
     _CREATED: CallState.CREATED,
@@ -367,7 +380,9 @@ class CallHandle:
                 message = t.payload.text(message)
             if data is not None:
                 data = t._value(data)
-        with t._lock:
+        lock = t._lock
+        lock.acquire()  # not ``with``: the hot path of a running tool
+        try:
             state = self._state
             if state >= _DONE or t._closed:
                 t._allowed(self, "progress", state < _DONE)
@@ -390,25 +405,24 @@ class CallHandle:
                 self._pending_progress = fields
                 t._schedule(self)
                 return
-            # The hot path of a running tool: the whole event in one dict, no re-packing.
-            try:
-                t._send(
-                    ToolProgress,
-                    {
-                        "session": t.session,
-                        "run_id": self.run_id,
-                        "call_id": self.call_id,
-                        "tool": self.tool,
-                        "parent_call_id": self.parent_call_id,
-                        "fraction": fraction,
-                        "current": current,
-                        "total": total,
-                        "message": message,
-                        "data": data,
-                    },
-                )
-            except BusClosed:
-                t._bus_gone()
+            # The hot path of a running tool: the event's values in one tuple.
+            t._emit_values(
+                ToolProgress,
+                (
+                    t.session,
+                    self.run_id,
+                    self.call_id,
+                    self.tool,
+                    self.parent_call_id,
+                    fraction,
+                    current,
+                    total,
+                    message,
+                    data,
+                ),
+            )
+        finally:
+            lock.release()
 
     def output_delta(self, text: str) -> None:
         """Text appended to the call's output so far. Implies the call is running."""
@@ -438,7 +452,10 @@ class CallHandle:
             t._schedule(self)
             return
         for piece in t.payload.chunks(safe):
-            t._emit(ToolOutputDelta, self, text=piece)
+            t._emit_values(
+                ToolOutputDelta,
+                (t.session, self.run_id, self.call_id, self.tool, self.parent_call_id, piece),
+            )
 
     def output_partial(self, value: Any) -> None:
         """A JSON value that replaces the partial output so far. Implies running."""
@@ -1025,9 +1042,10 @@ class Tracker:
         if coalesce < 0:
             raise ValueError(f"coalesce must be >= 0 seconds, got {coalesce!r}")
         self.bus = bus
-        # EventBus takes the fields as one dict (no re-packing); other buses, keywords.
-        self._send: Callable[[type[Event], dict[str, Any]], object] = (
-            bus._publish if isinstance(bus, EventBus) else lambda cls, f: bus.publish(cls, **f)
+        # EventBus: events go straight to its builders (no keywords, no checks the
+        # tracker made already); other buses get publish(cls, **fields).
+        self._fast: Callable[[Any, str, Any], object] | None = (
+            bus._publish if isinstance(bus, EventBus) else None
         )
         #: The session every event of this tracker belongs to.
         self.session = session
@@ -1325,8 +1343,24 @@ class Tracker:
         fields["call_id"] = handle.call_id
         fields["tool"] = handle.tool
         fields["parent_call_id"] = handle.parent_call_id
+        fast = self._fast
         try:
-            self._send(cls, fields)
+            if fast is not None:
+                fast(_BUILDERS[cls], self.session, fields)
+            else:
+                self.bus.publish(cls, **fields)
+        except BusClosed:
+            self._bus_gone()
+
+    def _emit_values(self, cls: type[Event], values: tuple[Any, ...]) -> None:
+        """Publish an event given as its values in ``positional_fields`` order (the
+        hot paths; lock held)."""
+        fast = self._fast
+        try:
+            if fast is not None:
+                fast(_TUPLE_BUILDERS[cls], self.session, values)
+            else:
+                self.bus.publish(cls, **dict(zip(positional_fields(cls), values, strict=True)))
         except BusClosed:
             self._bus_gone()
 

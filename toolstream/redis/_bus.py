@@ -440,9 +440,7 @@ class RedisBus:
             if seq <= self._last:
                 seq = self._last + 1
             self._last = seq
-            fields["id"] = f"{self.epoch}-{seq}"
-            fields["ts"] = ts
-            event = build(fields)[0]
+            event = build(fields, f"{self.epoch}-{seq}", ts)[0]
             outbox = self._outbox
             outbox.append(event)
             self._published += 1
