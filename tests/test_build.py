@@ -185,6 +185,11 @@ def test_a_trimmed_log_folds_into_the_same_state_as_applying_each_event() -> Non
             applied.apply(event)
         assert folded.snapshot() == applied.snapshot()
         assert folded.last_id == applied.last_id == events[-1].id
+        # A view that checks for replays (a client's) ignores them in fold too.
+        checking = LiveView()
+        checking.fold(events)
+        checking.fold(events[: len(events) // 2])
+        assert checking.snapshot() == applied.snapshot()
 
 
 def test_short_texts_are_remembered_with_the_same_result() -> None:

@@ -309,9 +309,18 @@ class LiveView:
         return self._apply_call(event)
 
     def fold(self, events: list[Event]) -> None:
-        """Apply ``events``, which are new to the view and in order (a bus folding the
-        events it trims). Progress and output text of running calls, the bulk of any
-        stream, take a shorter path with the same result as :meth:`apply`."""
+        """Apply ``events`` in order, as :meth:`apply` would one by one.
+
+        A bus folds the events it trims from its window with this: they are new to the
+        view and in order, so progress and output text of running calls (the bulk of
+        any stream) take a shorter path with the same result. A view that checks for
+        replays (the default for client-side views) applies each event.
+        """
+        if self._check_replays:
+            # A view fed from the wire may see replays: each event is checked.
+            for event in events:
+                self.apply(event)
+            return
         calls = self._calls
         running = CallState.RUNNING
         for event in events:
