@@ -248,3 +248,19 @@ def test_a_tracker_publishes_the_same_events_to_any_bus() -> None:
         ]
 
     assert shape(other.inner) == shape(direct)
+
+
+def test_an_event_bus_subclass_that_overrides_publish_sees_every_tracked_event() -> None:
+    class Counting(ts.EventBus):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def publish(self, event_type: type[Any], /, **fields: Any) -> Any:
+            self.seen.append(event_type.type)
+            return super().publish(event_type, **fields)
+
+    bus = Counting()
+    _script(ts.Tracker(bus, "s"))
+    assert bus.seen == [e.type for e in bus._logs["s"].events]
+    assert "tool.progress" in bus.seen and "tool.output.delta" in bus.seen

@@ -1043,9 +1043,12 @@ class Tracker:
             raise ValueError(f"coalesce must be >= 0 seconds, got {coalesce!r}")
         self.bus = bus
         # EventBus: events go straight to its builders (no keywords, no checks the
-        # tracker made already); other buses get publish(cls, **fields).
+        # tracker made already); other buses, and an EventBus subclass that overrides
+        # publish (to log, count...), get publish(cls, **fields).
         self._fast: Callable[[Any, str, Any], object] | None = (
-            bus._publish if isinstance(bus, EventBus) else None
+            bus._publish
+            if isinstance(bus, EventBus) and type(bus).publish is EventBus.publish
+            else None
         )
         #: The session every event of this tracker belongs to.
         self.session = session
