@@ -1,4 +1,5 @@
-"""What the in-process benchmarks share: draining consumers and a countdown."""
+"""What the in-process benchmarks share: the tracked producer, draining consumers, a
+countdown and the interleaved A-B runner."""
 
 from __future__ import annotations
 
@@ -8,8 +9,28 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 import toolstream as ts
+
+BURST = 64  # events a producer publishes between two checkpoints (both sides alike)
+
+
+def running_call(**bus_options: Any) -> tuple[ts.EventBus, ts.CallHandle]:
+    """A bus (a replay window of four bursts unless told otherwise) and a running call
+    of session ``"s"`` whose progress the benchmarks publish."""
+    bus = ts.EventBus(**{"replay": BURST * 4, **bus_options})
+    call = ts.Tracker(bus, "s").create("t")
+    call.start()
+    return bus, call
+
+
+async def publish_progress(call: ts.CallHandle, events: int) -> None:
+    """``events`` tracked progress events, yielding to the loop after each burst."""
+    for i in range(events):
+        call.progress(0.5, message="step")
+        if i % BURST == BURST - 1:
+            await checkpoint()
 
 
 class Countdown:

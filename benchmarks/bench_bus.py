@@ -23,9 +23,14 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
-from benchmarks._common import drain_batches, drain_raw, interleaved
-
-BURST = 64  # events published between two checkpoints of the producer
+from benchmarks._common import (
+    BURST,
+    drain_batches,
+    drain_raw,
+    interleaved,
+    publish_progress,
+    running_call,
+)
 
 
 def _event_dict(i: int) -> dict[str, Any]:
@@ -48,10 +53,7 @@ async def fanout_toolstream(subscribers: int, events: int, *, drain: bool = Fals
     """Seconds to deliver ``events`` tracked progress events to every subscriber, read
     item by item (``async for event in sub``) or drained (``async for batch in
     sub.batches()``, toolstream's counterpart of draining a stream)."""
-    bus = ts.EventBus(replay=BURST * 4)
-    tracker = ts.Tracker(bus, "s")
-    call = tracker.create("t")
-    call.start()
+    bus, call = running_call()
     subs = [bus.subscribe(session="s", buffer=4 * BURST) for _ in range(subscribers)]
     counts = [0] * subscribers
     done = anyio.Event()
@@ -76,10 +78,7 @@ async def fanout_toolstream(subscribers: int, events: int, *, drain: bool = Fals
             tg.start_soon(consume, k, sub)
         await anyio.sleep(0.01)
         start = time.perf_counter()
-        for i in range(events):
-            call.progress(0.5, message="step")
-            if i % BURST == BURST - 1:
-                await checkpoint()
+        await publish_progress(call, events)
         await done.wait()
         elapsed = time.perf_counter() - start
     assert counts == [events] * subscribers, "every subscriber got every event"

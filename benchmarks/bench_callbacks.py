@@ -18,17 +18,12 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
-from benchmarks._common import interleaved
+from benchmarks._common import BURST, interleaved, publish_progress, running_call
 from toolstream.callback import CallbackSink
-
-BURST = 64
 
 
 async def toolstream_run(callbacks: int, events: int) -> float:
-    bus = ts.EventBus(replay=BURST * 4)
-    tracker = ts.Tracker(bus, "s")
-    call = tracker.create("t")
-    call.start()
+    bus, call = running_call()
     counts = [0] * callbacks
     done = anyio.Event()
     remaining = [callbacks]
@@ -51,10 +46,7 @@ async def toolstream_run(callbacks: int, events: int) -> float:
             await stack.enter_async_context(sink)
         await anyio.sleep(0.01)
         start = time.perf_counter()
-        for i in range(events):
-            call.progress(0.5, message="step")
-            if i % BURST == BURST - 1:
-                await checkpoint()
+        await publish_progress(call, events)
         await done.wait()
         elapsed = time.perf_counter() - start
     assert counts == [events] * callbacks

@@ -23,9 +23,14 @@ from anyio.lowlevel import checkpoint
 
 import toolstream as ts
 from benchmarks import bench_bus
-from benchmarks._common import Countdown, drain_batches, drain_raw, interleaved
-
-BURST = 64
+from benchmarks._common import (
+    BURST,
+    Countdown,
+    drain_batches,
+    drain_raw,
+    interleaved,
+    running_call,
+)
 
 
 async def _drain_sub(sub: ts.Subscription[Any], events: int, done: Any) -> None:
@@ -39,10 +44,7 @@ async def _drain_raw(receive: Any, events: int, done: Any) -> None:
 
 
 async def payload_toolstream(size: int, events: int) -> float:
-    bus = ts.EventBus(replay=BURST * 4, replay_bytes=2**30)
-    tracker = ts.Tracker(bus, "s")
-    call = tracker.create("t")
-    call.start()
+    bus, call = running_call(replay_bytes=2**30)
     text = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
     sub = bus.subscribe(session="s", buffer=4 * BURST)
     finished = anyio.Event()

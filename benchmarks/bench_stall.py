@@ -15,18 +15,21 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
-from benchmarks._common import Countdown, drain_batches, drain_raw
+from benchmarks._common import (
+    BURST,
+    Countdown,
+    drain_batches,
+    drain_raw,
+    publish_progress,
+    running_call,
+)
 
-BURST = 64
 SUBSCRIBERS = 100
 
 
 async def toolstream_run(events: int, stalled: bool) -> float:
     """Events/s delivered to the subscribers that read."""
-    bus = ts.EventBus(replay=BURST * 4)
-    tracker = ts.Tracker(bus, "s")
-    call = tracker.create("t")
-    call.start()
+    bus, call = running_call()
     readers = [bus.subscribe(session="s", buffer=4 * BURST) for _ in range(SUBSCRIBERS - 1)]
     extra = bus.subscribe(session="s", buffer=4 * BURST)  # stalled: never iterated
     counts = [0] * len(readers)
@@ -43,10 +46,7 @@ async def toolstream_run(events: int, stalled: bool) -> float:
             tg.start_soon(drain_batches, extra, events)
         await anyio.sleep(0.01)
         start = time.perf_counter()
-        for i in range(events):
-            call.progress(0.5, message="step")
-            if i % BURST == BURST - 1:
-                await checkpoint()
+        await publish_progress(call, events)
         await countdown.done.wait()
         elapsed = time.perf_counter() - start
     assert counts == [events] * len(readers), "every reading subscriber got every event"
