@@ -178,6 +178,20 @@ def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
     return cast(Builder, namespace["build"]), cast(TupleBuilder, namespace["build_tuple"])
 
 
+def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, int]:
+    """What every bus's ``publish`` checks before it takes an id: a publishable class
+    (``TypeError``), a non-empty session (``ValueError``), the class's own fields
+    (``TypeError`` naming the others; see :func:`check_fields`). Returns the builder,
+    the session and the size the builder does not count."""
+    build = builder(event_type)
+    if build is None:
+        raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
+    session = fields.get("session")
+    if type(session) is not str or not session:
+        raise ValueError(f"an event needs a non-empty session string, got {session!r}")
+    return build, session, check_fields(cast(type[Event], event_type), fields)
+
+
 def check_fields(event_type: type[Event], fields: dict[str, Any]) -> int:
     """Check the fields a caller of ``publish`` gave (unknown names raise
     ``TypeError``; ``id`` and ``ts`` are dropped: the bus assigns them) and return the

@@ -32,7 +32,7 @@ from typing import (
 import attrs
 from typing_extensions import Self
 
-from .build import builder, check_fields
+from .build import prepare
 from .errors import BusClosed, SlowConsumer
 from .events import (
     Event,
@@ -302,13 +302,7 @@ class EventBus(_Host):
         Safe from any thread; never waits for a subscriber. Trackers call this; you
         rarely need to. ``StreamReset`` cannot be published (the bus makes them).
         """
-        build = builder(event_type)
-        if build is None:
-            raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
-        session = fields.get("session")
-        if type(session) is not str or not session:
-            raise ValueError(f"an event needs a non-empty session string, got {session!r}")
-        extra = check_fields(event_type, fields)
+        build, session, extra = prepare(event_type, fields)
         return self._publish(build, session, fields, extra)  # type: ignore[return-value]
 
     def _publish(

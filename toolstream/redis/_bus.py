@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 from typing_extensions import Self
 
-from toolstream._core.build import builder, check_fields
+from toolstream._core.build import prepare
 from toolstream._core.bus import (
     BusStats,
     Overflow,
@@ -424,13 +424,7 @@ class RedisBus:
         under (except when another process's entries for the same session are ahead
         of this clock: see ``stats.renumbered`` and docs/decisions.md).
         """
-        build = builder(event_type)
-        if build is None:
-            raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
-        session = fields.get("session")
-        if type(session) is not str or not session:
-            raise ValueError(f"an event needs a non-empty session string, got {session!r}")
-        check_fields(event_type, fields)
+        build = prepare(event_type, fields)[0]
         kick = False
         with self._lock:
             if self._closed:
