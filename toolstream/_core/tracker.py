@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, TypeVar, cast, overload
 import anyio
 from typing_extensions import ParamSpec, Self
 
-from .build import _BUILDERS, _TUPLE_BUILDERS, positional_fields
+from .build import _BUILDERS, _TUPLE_BUILDERS, ENVELOPE, positional_fields
 from .bus import Bus, EventBus
 from .errors import BusClosed, LifecycleError
 from .events import (
@@ -66,15 +66,14 @@ _UNSET: Final[Any] = object()
 _NEW, _CREATED, _READY, _QUEUED, _RUNNING, _DONE = -1, 0, 1, 2, 3, 4
 
 # The hot paths pass these events' values by position (see ``Tracker._emit_values``).
-_ENVELOPE = ("session", "run_id", "call_id", "tool", "parent_call_id")
 if positional_fields(ToolProgress) != (
-    *_ENVELOPE,
+    *ENVELOPE,
     "fraction",
     "current",
     "total",
     "message",
     "data",
-) or positional_fields(ToolOutputDelta) != (*_ENVELOPE, "text"):
+) or positional_fields(ToolOutputDelta) != (*ENVELOPE, "text"):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
 _STATE_NAMES = {
     _NEW: None,
