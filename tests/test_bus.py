@@ -191,16 +191,57 @@ async def test_closing_releases_the_subscription() -> None:
     assert bus.subscriber_count("s") == 0
 
 
-async def test_with_state_gives_the_state_at_the_cursor() -> None:
+async def test_resume_says_what_the_client_already_has() -> None:
     bus = ts.EventBus()
     bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
     cursor = bus.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
     bus.publish(ts.ToolCompleted, session="s", call_id="a", tool="t")
-    sub = bus.subscribe(session="s", after=cursor.id, with_state=True)
-    assert sub.state is not None
-    assert {c.call_id: c.state.value for c in sub.state.calls} == {"a": "running", "b": "running"}
+    sub = bus.resume(session="s", after=cursor.id)
+    origin = sub.origin
+    assert origin is not None
+    assert not origin.reset
+    assert origin.after == cursor.id
+    assert origin.state is not None
+    assert {c.call_id: c.state.value for c in origin.state.calls} == {
+        "a": "running",
+        "b": "running",
+    }
+    assert [e.call_id for e in origin.history] == ["a", "b"]
+    assert origin.base == ts.Snapshot(), "nothing left the window: the state before it is empty"
     assert [e.type for e in sub.take_nowait()] == ["tool.completed"]
     assert bus.snapshot("s").calls[0].state is ts.CallState.COMPLETED
+
+
+async def test_resume_history_is_what_the_subscription_delivers() -> None:
+    # A per-run stream's client saw only its run: its history holds nothing else
+    # (a dialect primed with another run's events would send phantom frames).
+    bus = ts.EventBus()
+    bus.publish(ts.RunStarted, session="s", run_id="r1")
+    bus.publish(ts.ToolStarted, session="s", run_id="r1", call_id="a", tool="t")
+    bus.publish(ts.RunStarted, session="s", run_id="r2")
+    bus.publish(ts.ToolStarted, session="s", run_id="r2", call_id="b", tool="t")
+    cursor = bus.publish(ts.ToolProgress, session="s", run_id="r1", call_id="a", tool="t")
+    sub = bus.resume(session="s", after=cursor.id, run="r1")
+    assert sub.origin is not None
+    assert {e.run_id for e in sub.origin.history} == {"r1"}
+    assert sub.origin.state is not None
+    assert [c.call_id for c in sub.origin.state.calls] == ["a"]
+    typed = bus.resume(ts.ToolProgress, session="s", after=cursor.id)
+    assert typed.origin is not None
+    assert [e.type for e in typed.origin.history] == ["tool.progress"]
+
+
+def test_deprecated_subscribe_keywords_still_work() -> None:
+    bus = ts.EventBus()
+    bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+    cursor = bus.publish(ts.ToolProgress, session="s", call_id="a", tool="t")
+    with pytest.warns(DeprecationWarning, match="resume"):
+        sub = bus.subscribe(session="s", after=cursor.id, inclusive=True, with_state=True)
+    with pytest.warns(DeprecationWarning, match="origin"):
+        state = sub.state
+    assert state is not None
+    assert [c.state.value for c in state.calls] == ["running"]
+    assert [e.id for e in sub.take_nowait()] == [cursor.id]
 
 
 async def test_reset_ids_mark_the_bus_position() -> None:
@@ -224,8 +265,10 @@ async def test_reset_ids_mark_the_bus_position() -> None:
         ({"session": None, "run": "r"}, ValueError),
         ({"session": "s", "buffer": 0}, ValueError),
         ({"session": "s", "overflow": "drop"}, ValueError),
+        ({"session": "s", "inclusive": True}, ValueError),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_subscribe_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         ts.EventBus().subscribe(**kwargs)
@@ -278,22 +321,21 @@ def test_bad_constructor_arguments() -> None:
         ts.EventBus(session_ttl=0)
 
 
-async def test_inclusive_replay_starts_at_the_event_itself() -> None:
+async def test_resume_at_starts_at_the_event_itself() -> None:
     bus = ts.EventBus()
     bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
     middle = bus.publish(ts.ToolCompleted, session="s", call_id="a", tool="t")
     last = progress(bus)
-    sub = bus.subscribe(session="s", after=middle.id, inclusive=True, with_state=True)
+    sub = bus.resume(session="s", after=middle.id, at=True)
     assert [e.id for e in sub.take_nowait()] == [middle.id, last.id]
-    assert sub.state is not None
-    assert [c.state.value for c in sub.state.calls] == ["running"], "the state before it"
-    with pytest.raises(ValueError, match="inclusive"):
-        bus.subscribe(session="s", inclusive=True)
+    assert sub.origin is not None
+    assert sub.origin.state is not None
+    assert [c.state.value for c in sub.origin.state.calls] == ["running"], "the state before it"
     small = ts.EventBus(replay=2)
     first = progress(small)
     for _ in range(100):  # past the trim threshold
         progress(small)
-    got = small.subscribe(session="s", after=first.id, inclusive=True).take_nowait()
+    got = small.resume(session="s", after=first.id, at=True).take_nowait()
     assert isinstance(got[0], ts.StreamReset)
 
 

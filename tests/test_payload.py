@@ -92,7 +92,7 @@ def test_secrets_in_every_part_of_every_event_are_redacted() -> None:
     assert started.args["password"] == "[redacted]"
     assert started.args["headers"] == {"Authorization": "[redacted]", "X-Api-Key": "[redacted]"}
     assert started.args["query"] == "weather in Paris" and started.args["max_tokens"] == 512
-    assert started.args["db_url"] == "postgres://[redacted]@db.internal:5432/app"
+    assert started.args["db_url"] == "postgres://admin:[redacted]@db.internal:5432/app"
     assert "[redacted]" in started.args  # the secret-looking mapping key itself
 
 
@@ -123,7 +123,7 @@ EXPECTED = {
     "api_key": "[redacted]",
     "password": "[redacted]",
     "content": "Authorization: Bearer [redacted]\nkey [redacted] and [redacted].\n[redacted]",
-    "url": "https://[redacted]@example.com/x",
+    "url": "https://bob:[redacted]@example.com/x",
     "n": 350.0,
     "ok": True,
     "none": None,
@@ -377,3 +377,20 @@ def test_policy_can_be_tuned() -> None:
 )
 def test_secret_key_matching(key: str, secret: bool) -> None:
     assert ts.PayloadPolicy().is_secret_key(key) is secret
+
+
+def test_short_texts_are_remembered_with_the_same_result() -> None:
+    policy = ts.PayloadPolicy()
+    secret = "token sk-abcdefghijklmnopqrstuvwx1234"
+    first = policy.text(secret)
+    assert first is not None and "sk-abcdefghijklmnop" not in first
+    assert policy.text(secret) == first
+    assert policy.text("plain words") == "plain words"
+    assert policy.text(None) is None
+    assert policy.text(12) == "12"
+    for i in range(5000):  # bounded: the memory of short texts is cleared when full
+        policy.text(f"message {i}")
+    assert len(policy._text_cache) <= 4096
+    long = "a" * 300 + " Bearer abcdefghijklmnopqrstuvwxyz012345"
+    shaped = policy.text(long)
+    assert shaped is not None and "abcdefghijklmnopqrstuvwxyz012345" not in shaped

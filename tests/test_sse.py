@@ -423,38 +423,3 @@ async def test_shared_encodings_never_mix_per_client_resets(
     assert ids(whole[0]) == ["a"] and ids(run_only[0]) == ["a"] and ids(again[0]) == ["a"]
     full = await collect(f"{server.url}/?session=s1", 1)
     assert sorted(ids(full[0])) == ["a", "b"]
-
-
-def test_a_partial_resume_never_changes_what_other_clients_get(bus: ts.EventBus) -> None:
-    """A client resuming inside an event (``<id>/<k>``) gets that event's encoding minus
-    what it has; the encoding shared with the other clients stays whole."""
-    from toolstream import dialects
-    from toolstream.dialects import Encoder
-
-    app = SSEApp(bus)
-    event = bus.publish(ts.ToolStarted, session="s1", call_id="c", tool="t")
-    resuming = Encoder(dialects.get("native"), skip_event=event.id, skip=1)
-    assert app._encode_batch(resuming, [event]) == b""
-    whole = app._encode_batch(Encoder(dialects.get("native")), [event])
-    assert whole.startswith(b"event: tool.started\nid: " + event.id.encode() + b"\ndata: {")
-    assert json.loads(whole.split(b"data: ", 1)[1]) == ts.to_dict(event)
-
-
-def test_the_native_fast_path_matches_the_generic_encoding(bus: ts.EventBus) -> None:
-    from toolstream import dialects
-    from toolstream.dialects import Encoder
-    from toolstream.sse._app import encode_frame
-
-    app = SSEApp(bus)
-    tracker = ts.Tracker(bus, "s1")
-    call = tracker.create("web_search", call_id="c")
-    call.args_delta('{"q": "caf\u00e9 \U0001f600"}')
-    call.ready()
-    call.start()
-    call.complete({"rows": [1, 2.5, None, "x\ny"]})
-    events = bus.subscribe(session="s1", after=f"{bus.epoch}-0").take_nowait()
-    fast = app._encode_batch(Encoder(dialects.get("native")), events)
-    generic = b"".join(
-        encode_frame(f) for e in events for f in Encoder(dialects.get("native")).encode(e)
-    )
-    assert fast == generic

@@ -8,9 +8,11 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
+import attrs
 import pytest
 
 import toolstream as ts
@@ -275,11 +277,31 @@ def test_strict_mode_raises_with_a_message_naming_the_call(bus: ts.EventBus) -> 
         call.complete()
 
 
-def test_a_call_id_is_used_once(bus: ts.EventBus) -> None:
+async def test_a_reused_call_id_starts_a_new_call_clients_tell_apart(
+    bus: ts.EventBus, rec: Recorder
+) -> None:
+    # OpenAI-compatible servers number calls call_0, call_1... in every turn: the second
+    # turn's call_0 is a new call, never a second lifecycle under one id.
     tracker = ts.Tracker(bus, "s", strict=True)
-    tracker.create("t", call_id="x").complete()
-    with pytest.raises(ts.LifecycleError, match="already ended"):
-        tracker.create("t", call_id="x")
+    async with tracker.call("search", {"q": "a"}, call_id="call_0") as first:
+        first.complete("found")
+    with pytest.raises(RuntimeError):
+        async with tracker.call("shell", {"cmd": "ls"}, call_id="call_0") as second:
+            raise RuntimeError("exit 2")
+    third = tracker.create("search", call_id="call_0")
+    assert (first.call_id, second.call_id, third.call_id) == ("call_0", "call_0#2", "call_0#3")
+    assert second.given_id == "call_0"
+    assert tracker.create("search", call_id="call_0") is third, "an open call is adopted"
+    third.complete()
+    assert_lifecycle(rec.events)
+    view = ts.LiveView()
+    view.fold(rec.events)
+    assert {c.call_id: (c.tool, c.state.value) for c in view.calls.values()} == {
+        "call_0": ("search", "completed"),
+        "call_0#2": ("shell", "failed"),
+        "call_0#3": ("search", "completed"),
+    }
+    assert tracker.violations == 0
 
 
 async def test_adopting_an_announced_call(bus: ts.EventBus, rec: Recorder) -> None:
@@ -685,3 +707,60 @@ def test_a_call_never_announced_before_its_run_ended_stays_ended(bus: ts.EventBu
     tracker.close()
     assert tracker.violations == 1
     assert [e.type for e in sub.take_nowait()] == ["run.started", "run.finished"]
+
+
+class Forwarding:
+    """A bus that is not an ``EventBus``: trackers publish to it by keywords."""
+
+    def __init__(self) -> None:
+        self.inner = ts.EventBus()
+        self.kinds: list[str] = []
+
+    def publish(self, event_type: type[ts.Event], /, **fields: Any) -> ts.Event:
+        self.kinds.append(event_type.type)
+        return self.inner.publish(event_type, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _script(tracker: ts.Tracker) -> None:
+    h = tracker.create("search", call_id="c1")
+    h.start({"q": "x"})
+    h.progress(0.5, message="half")
+    h.progress(current=3, total=4, data={"rows": 3})
+    h.output_delta("some text ")
+    h.output_delta("and more")
+    h.complete({"ok": True})
+
+
+def test_a_tracker_publishes_the_same_events_to_any_bus() -> None:
+    direct = ts.EventBus()
+    _script(ts.Tracker(direct, "s"))
+    other = Forwarding()
+    _script(ts.Tracker(cast(ts.Bus, other), "s"))
+    assert other.kinds == [e.type for e in direct._logs["s"].events]
+
+    def shape(bus: ts.EventBus) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in attrs.asdict(e).items() if k not in ("id", "ts", "duration_s")}
+            for e in bus._logs["s"].events
+        ]
+
+    assert shape(other.inner) == shape(direct)
+
+
+def test_an_event_bus_subclass_that_overrides_publish_sees_every_tracked_event() -> None:
+    class Counting(ts.EventBus):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def publish(self, event_type: type[Any], /, **fields: Any) -> Any:
+            self.seen.append(event_type.type)
+            return super().publish(event_type, **fields)
+
+    bus = Counting()
+    _script(ts.Tracker(bus, "s"))
+    assert bus.seen == [e.type for e in bus._logs["s"].events]
+    assert "tool.progress" in bus.seen and "tool.output.delta" in bus.seen

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 import toolstream as ts
@@ -159,3 +161,44 @@ def test_calls_mapping_is_read_only_and_snapshots_are_frozen() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         ts.LiveView(max_finished=-1)
+
+
+def test_a_trimmed_log_folds_into_the_same_state_as_applying_each_event() -> None:
+    rng = random.Random(7)
+    for trial in range(30):
+        bus = ts.EventBus(replay=1_000_000)
+        tracker = ts.Tracker(bus, "s")
+        handles: list[ts.CallHandle] = []
+        for _ in range(rng.randrange(20, 200)):
+            roll = rng.random()
+            live = [h for h in handles if h.state is not None and not h.state.terminal]
+            if roll < 0.15 or not live:
+                h = tracker.create(rng.choice(["a", "b"]))
+                handles.append(h)
+                if rng.random() < 0.5:
+                    h.start({"x": 1})
+            else:
+                h = rng.choice(live)
+                if roll < 0.55:
+                    h.progress(rng.random(), message=rng.choice([None, "m1", "m2"]))
+                elif roll < 0.8:
+                    h.output_delta(rng.choice(["a", "bc", "def " * 50]))
+                elif roll < 0.9:
+                    h.complete({"ok": trial})
+                else:
+                    h.fail(ValueError("no"))
+        events = list(bus._logs["s"].events)
+        folded = ts.LiveView(check_replays=False)
+        applied = ts.LiveView(check_replays=False)
+        cut = rng.randrange(len(events))
+        folded.fold(events[:cut])
+        folded.fold(events[cut:])
+        for event in events:
+            applied.apply(event)
+        assert folded.snapshot() == applied.snapshot()
+        assert folded.last_id == applied.last_id == events[-1].id
+        # A view that checks for replays (a client's) ignores them in fold too.
+        checking = ts.LiveView()
+        checking.fold(events)
+        checking.fold(events[: len(events) // 2])
+        assert checking.snapshot() == applied.snapshot()

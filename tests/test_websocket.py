@@ -297,3 +297,28 @@ def test_shutdown_closes_sockets_1001(bus: ts.EventBus) -> None:
         recv(ws)
         app.shutdown()
         assert close_code(ws) == 1001
+
+
+def test_one_clients_partial_resume_never_costs_another_client_an_event(
+    bus: ts.EventBus, server: Served
+) -> None:
+    # A client cut inside an event resumes from "<id>/0" and needs nothing more of it;
+    # the encodings shared between sockets must still give the event whole to a client
+    # that resumes normally (it used to get nothing: a cached empty frame).
+    first = bus.publish(ts.ToolStarted, session="s1", call_id="a", tool="t")
+    target = bus.publish(ts.ToolCompleted, session="s1", call_id="a", tool="t", result=7)
+    with (
+        connect(ws_url(server)) as watcher,
+        connect(ws_url(server)) as cut,
+        connect(ws_url(server)) as normal,
+    ):
+        send(watcher, op="subscribe", session="s1")
+        until(watcher, lambda m: m.get("event") == "stream.reset")
+        send(cut, op="subscribe", session="s1", after=f"{target.id}/0")
+        assert recv(cut)["op"] == "subscribed"
+        send(normal, op="subscribe", session="s1", after=first.id)
+        got = until(normal, lambda m: m.get("op") == "event")
+        assert got[-1]["id"] == target.id and got[-1]["data"]["result"] == 7
+        live = bus.publish(ts.ToolProgress, session="s1", call_id="b", tool="t")
+        assert until(cut, lambda m: m.get("op") == "event")[-1]["id"] == live.id
+        assert until(normal, lambda m: m.get("op") == "event")[-1]["id"] == live.id

@@ -11,8 +11,6 @@ from ._core.auth import RequestInfo as RequestInfo
 from ._core.bus import Bus as Bus
 from ._core.bus import BusStats as BusStats
 from ._core.bus import EventBus as EventBus
-from ._core.bus import Overflow as Overflow
-from ._core.bus import Subscription as Subscription
 from ._core.codec import from_dict as from_dict
 from ._core.codec import json_schema as json_schema
 from ._core.codec import to_dict as to_dict
@@ -49,19 +47,22 @@ from ._core.events import ToolProgress as ToolProgress
 from ._core.events import ToolQueued as ToolQueued
 from ._core.events import ToolReady as ToolReady
 from ._core.events import ToolStarted as ToolStarted
-from ._core.payload import DEFAULT_SECRET_KEYS as DEFAULT_SECRET_KEYS
-from ._core.payload import DEFAULT_SECRET_PATTERNS as DEFAULT_SECRET_PATTERNS
-from ._core.payload import ArgsRedactor as ArgsRedactor
+from ._core.handle import CallHandle as CallHandle
 from ._core.payload import PayloadPolicy as PayloadPolicy
-from ._core.payload import TextRedactor as TextRedactor
+from ._core.redaction import DEFAULT_SECRET_KEYS as DEFAULT_SECRET_KEYS
+from ._core.redaction import DEFAULT_SECRET_PATTERNS as DEFAULT_SECRET_PATTERNS
+from ._core.redaction import ArgsRedactor as ArgsRedactor
+from ._core.redaction import TextRedactor as TextRedactor
+from ._core.scopes import Batch as Batch
+from ._core.scopes import CallScope as CallScope
+from ._core.scopes import RunScope as RunScope
+from ._core.subscription import Origin as Origin
+from ._core.subscription import Overflow as Overflow
+from ._core.subscription import Subscription as Subscription
 from ._core.summaries import CallInfo as CallInfo
 from ._core.summaries import Summaries as Summaries
 from ._core.summaries import Summarizer as Summarizer
 from ._core.summaries import format_duration as format_duration
-from ._core.tracker import Batch as Batch
-from ._core.tracker import CallHandle as CallHandle
-from ._core.tracker import CallScope as CallScope
-from ._core.tracker import RunScope as RunScope
 from ._core.tracker import Tracker as Tracker
 from ._core.view import LiveView as LiveView
 
@@ -92,6 +93,7 @@ __all__ = [
     "JSONValue",
     "LifecycleError",
     "LiveView",
+    "Origin",
     "Overflow",
     "PayloadPolicy",
     "Principal",

@@ -1,6 +1,10 @@
-"""What the SSE and WebSocket transports share: authorization and opening a stream.
+"""What the SSE and WebSocket transports share: one way to serve a stream.
 
-Private: the transports are the public face.
+Both transports authorize a request the same way, open a stream the same way (subscribe,
+or resume a client exactly where it was), pump it through the same
+:class:`~toolstream.dialects._pump.Pump`, keep a registry of their open streams for
+``shutdown()``, answer the ASGI lifespan, and end their streams when the server exits.
+Each of those lives here, once. Private: the transports are the public face.
 """
 
 from __future__ import annotations
@@ -9,17 +13,42 @@ import inspect
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import anyio
-import attrs
 
 from toolstream import Bus, Principal, RequestInfo, StreamReset, Subscription
-from toolstream.dialects import Cursor, Dialect, DialectSpec, Encoder, Frame, resolve
+from toolstream._core.jsonenc import is_utf8
+from toolstream.dialects import Cursor, Dialect, DialectSpec, Encoder, resolve
+from toolstream.dialects._pump import FrameCache, Pump, WireFormat
 
 logger = logging.getLogger("toolstream.serving")
+
+T = TypeVar("T")
+
+__all__ = [
+    "Authorize",
+    "Dialects",
+    "OpenStreams",
+    "Receive",
+    "Scope",
+    "Send",
+    "authenticate",
+    "lifespan",
+    "may_read",
+    "open_pump",
+    "pump_for",
+    "request_info",
+    "subscribe_at",
+    "watch_server_exit",
+]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: ``authorize(request) -> Principal | None`` (sync or async).
 Authorize = Callable[[RequestInfo], "Principal | Awaitable[Principal | None] | None"]
@@ -44,6 +73,11 @@ def request_info(scope: Mapping[str, Any]) -> RequestInfo:
         client=(str(client[0]), int(client[1])) if client else None,
         path=str(scope.get("path", "")),
     )
+
+
+def valid_session(session: object) -> bool:
+    """A session name a client may ask for: a non-empty string of valid text."""
+    return isinstance(session, str) and bool(session) and is_utf8(session)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -91,122 +125,97 @@ class Dialects:
         return None if factory is None else (key, factory)
 
 
-@attrs.define
-class Stream:
-    """An opened stream: its subscription, its encoder, and frames to send first."""
-
-    subscription: Subscription[Any]
-    encoder: Encoder
-    initial: list[Frame]
-
-
-async def open_stream(
+async def open_pump(
     bus: Bus,
     *,
     session: str,
     run: str | None,
     cursor: str | None,
     dialect: Dialect,
+    fmt: WireFormat[Any],
+    cache: FrameCache[Any] | None,
     buffer: int = 1024,
     types: tuple[type, ...] = (),
-) -> Stream:
-    """Subscribe where the client left off and set the dialect up to continue exactly.
+) -> Pump[Any]:
+    """Subscribe where the client left off and set its dialect up to continue exactly.
 
     - no cursor: a reset (the session's state), then live events;
-    - ``<id>``: the events after it, the dialect primed with the state at ``<id>``;
-    - ``<id>/<k>``: from event ``<id>`` itself, dialect primed with the state before
-      it, its first ``k + 1`` messages skipped (the client has them);
+    - ``<id>``: the events after it, the dialect brought to where the client was by
+      re-encoding what it already received (``sub.origin``), throwing the output away;
+    - ``<id>/<k>``: from event ``<id>`` itself, its first ``k + 1`` messages skipped
+      (the client has them);
     - ``<id>/r<k>``: the reset the client was cut in, re-encoded, its first ``k + 1``
       messages skipped;
     - a cursor the bus cannot serve: a reset.
 
     Waits for the subscription to learn where it starts (a round trip on a
-    broker-backed bus): ``BusUnavailable`` if the broker cannot be reached.
+    broker-backed bus): ``BusUnavailable`` if the broker cannot be reached, and the
+    subscription released whatever fails.
     """
     parsed = Cursor.parse(cursor)
-    sub = _subscribe(bus, session, run, parsed, buffer, types)
-    await _prepared(sub)
-    return _stream(sub, session, run, parsed, dialect)
+    sub = subscribe_at(bus, session=session, run=run, cursor=parsed, buffer=buffer, types=types)
+    try:
+        await sub.prepare()
+        return pump_for(
+            sub, session=session, run=run, cursor=parsed, dialect=dialect, fmt=fmt, cache=cache
+        )
+    except BaseException:
+        await sub.aclose()
+        raise
 
 
-def open_stream_ready(
+def subscribe_at(
     bus: Bus,
     *,
     session: str,
     run: str | None,
-    cursor: str | None,
-    dialect: Dialect,
+    cursor: Cursor | None,
     buffer: int = 1024,
     types: tuple[type, ...] = (),
-) -> Stream:
-    """:func:`open_stream` without waiting, for a bus whose subscriptions know where
-    they start when created (``EventBus``): for synchronous callers."""
-    parsed = Cursor.parse(cursor)
-    sub = _subscribe(bus, session, run, parsed, buffer, types)
-    return _stream(sub, session, run, parsed, dialect)
-
-
-def _subscribe(
-    bus: Bus,
-    session: str,
-    run: str | None,
-    parsed: Cursor | None,
-    buffer: int,
-    types: tuple[type, ...],
 ) -> Subscription[Any]:
+    """The subscription for a client at ``cursor``: a snapshot first without one,
+    :meth:`Bus.resume` with one (at the event itself for a cursor inside it)."""
     kinds: tuple[Any, ...] = types
-    if parsed is None:
+    if cursor is None:
         return bus.subscribe(*kinds, session=session, run=run, snapshot=True, buffer=buffer)
-    return bus.subscribe(
-        *kinds,
-        session=session,
-        run=run,
-        after=parsed.event_id,
-        inclusive=parsed.part is not None and not parsed.reset,
-        with_state=True,
-        with_history=not parsed.reset,
-        buffer=buffer,
-    )
+    at = cursor.part is not None and not cursor.reset
+    return bus.resume(*kinds, session=session, after=cursor.event_id, at=at, run=run, buffer=buffer)
 
 
-def _stream(
+def pump_for(
     sub: Subscription[Any],
+    *,
     session: str,
     run: str | None,
-    parsed: Cursor | None,
+    cursor: Cursor | None,
     dialect: Dialect,
-) -> Stream:
-    if parsed is None or sub.starts_with_reset or sub.state is None:
-        return Stream(sub, Encoder(dialect), [])
-    inclusive = parsed.part is not None and not parsed.reset
-    if parsed.reset:
-        assert parsed.part is not None
-        encoder = Encoder(dialect, skip_event=parsed.event_id, skip=parsed.part + 1)
+    fmt: WireFormat[T],
+    cache: FrameCache[T] | None = None,
+) -> Pump[T]:
+    """The pump of a prepared subscription, its dialect brought to where the client at
+    ``cursor`` was (see :func:`open_pump`)."""
+    origin = sub.origin
+    if cursor is None or origin is None or origin.reset:
+        return Pump(sub, Encoder(dialect), fmt, cache=cache)
+    assert origin.state is not None
+    assert origin.base is not None
+    if cursor.reset:
+        assert cursor.part is not None
+        encoder = Encoder(dialect, skip_event=cursor.event_id, skip=cursor.part + 1)
         reset = StreamReset(
-            id=parsed.event_id, session=session, ts=time.time(), run_id=run, snapshot=sub.state
+            id=cursor.event_id, session=session, ts=time.time(), run_id=run, snapshot=origin.state
         )
-        return Stream(sub, encoder, encoder.encode(reset))
+        return Pump(sub, encoder, fmt, initial=encoder.encode(reset), cache=cache)
     # Bring the dialect to exactly where the client was: the state before the retained
-    # window, then every retained event up to the cursor, encoded and thrown away.
-    if sub.history_state is not None:
-        dialect.prime(sub.history_state)
-        for event in sub.history:
-            dialect.encode(event)
-    else:
-        dialect.prime(sub.state)
-    if inclusive:
-        assert parsed.part is not None
-        return Stream(sub, Encoder(dialect, skip_event=parsed.event_id, skip=parsed.part + 1), [])
-    return Stream(sub, Encoder(dialect), [])
-
-
-async def _prepared(sub: Subscription[Any]) -> None:
-    """``sub.prepare()``, releasing the subscription if that fails (broker down)."""
-    try:
-        await sub.prepare()
-    except BaseException:
-        await sub.aclose()
-        raise
+    # window, then every event the client received up to the cursor, encoded and
+    # thrown away.
+    dialect.prime(origin.base)
+    for event in origin.history:
+        dialect.encode(event)
+    if cursor.part is not None:
+        encoder = Encoder(dialect, skip_event=cursor.event_id, skip=cursor.part + 1)
+        return Pump(sub, encoder, fmt, cache=cache)
+    return Pump(sub, Encoder(dialect), fmt, cache=cache)
 
 
 def loop_caller() -> Callable[[Callable[[], None]], None]:
@@ -236,6 +245,46 @@ def loop_caller() -> Callable[[Callable[[], None]], None]:
             pass
 
     return call_asyncio
+
+
+class OpenStreams:
+    """The streams (or sockets) an app is serving, so that :meth:`shutdown` ends them
+    all, from any thread; after it, the app refuses new ones (``closing``)."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
+        #: True once :meth:`shutdown` was called.
+        self.closing = False
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    @contextmanager
+    def serving(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """Register a stream (its cancel scope) while the block runs."""
+        self._scopes[scope] = loop_caller()
+        try:
+            yield
+        finally:
+            self._scopes.pop(scope, None)
+
+    def shutdown(self) -> None:
+        """Cancel every open stream and refuse new ones. Safe from any thread."""
+        self.closing = True
+        for scope, call in list(self._scopes.items()):
+            call(scope.cancel)
+
+
+async def lifespan(receive: Receive, send: Send, on_shutdown: Callable[[], None]) -> None:
+    """Answer the ASGI lifespan protocol; ``on_shutdown`` runs at its shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def server_exiting() -> bool:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from ._core.bus import Bus, Subscription
+from ._core.bus import Bus
 from ._core.errors import SlowConsumer
 from ._core.events import (
     Event,
@@ -46,7 +46,8 @@ from ._core.events import (
     ToolReady,
     ToolStarted,
 )
-from ._core.view import parse_event_id
+from ._core.ids import parse_event_id
+from ._core.subscription import Subscription
 
 __all__ = [
     "BusFactory",

@@ -12,8 +12,24 @@ from typing import Any
 import toolstream as ts
 from tests.conftest import require
 from toolstream import dialects
-from toolstream._serving import Stream, open_stream_ready
-from toolstream.dialects import Frame
+from toolstream._serving import pump_for, subscribe_at
+from toolstream.dialects import Cursor, EncodedFrame
+from toolstream.dialects._pump import FrameFormat, Pump
+
+Stream = Pump[EncodedFrame]
+
+
+def open_now(
+    bus: ts.EventBus, *, cursor: str | None, dialect: str, run: str | None = None
+) -> Stream:
+    """What a transport opens for a client at ``cursor`` (an EventBus knows at once where
+    a subscription starts: no await needed)."""
+    parsed = Cursor.parse(cursor)
+    sub = subscribe_at(bus, session="s1", run=run, cursor=parsed)
+    return pump_for(
+        sub, session="s1", run=run, cursor=parsed, dialect=dialects.get(dialect), fmt=FrameFormat()
+    )
+
 
 HERE = Path(__file__).parent
 
@@ -86,12 +102,7 @@ class Session:
             self.runs.clear()
         elif kind == "join":
             self.joins.append(
-                {
-                    name: open_stream_ready(
-                        self.bus, session="s1", run=None, cursor=None, dialect=dialects.get(name)
-                    )
-                    for name in ("agui", "ai_sdk")
-                }
+                {name: open_now(self.bus, cursor=None, dialect=name) for name in ("agui", "ai_sdk")}
             )
         elif handle is not None:
             if kind == "delta":
@@ -127,37 +138,33 @@ def random_ops(rng: random.Random, n: int) -> list[Op]:
 
 
 def stream_frames(
-    bus: ts.EventBus, dialect: str, cursor: str | None, *, closing: bool = True
-) -> list[Frame]:
-    """Everything a client reading ``dialect`` from ``cursor`` receives now."""
-    stream = open_stream_ready(
-        bus, session="s1", run=None, cursor=cursor, dialect=dialects.get(dialect)
-    )
-    frames = list(stream.initial)
-    for event in stream.subscription.take_nowait():
-        frames += stream.encoder.encode(event)
-    if closing:
-        frames += stream.encoder.close()
-    stream.subscription.close()
-    return frames
+    bus: ts.EventBus,
+    dialect: str,
+    cursor: str | None,
+    *,
+    closing: bool = True,
+    run: str | None = None,
+) -> list[EncodedFrame]:
+    """Everything a client reading ``dialect`` (of ``run``) from ``cursor`` receives now."""
+    return drain(open_now(bus, cursor=cursor, dialect=dialect, run=run), closing=closing)
 
 
-def drain(stream: Stream) -> list[Frame]:
+def drain(stream: Stream, *, closing: bool = True) -> list[EncodedFrame]:
     """Everything a stream opened earlier has delivered by now, and its epilogue."""
-    frames = list(stream.initial)
-    for event in stream.subscription.take_nowait():
-        frames += stream.encoder.encode(event)
-    frames += stream.encoder.close()
+    frames = stream.opening()
+    frames += stream.encode(stream.subscription.take_nowait())
+    if closing:
+        frames += stream.closing()
     stream.subscription.close()
     return frames
 
 
-def full_stream(bus: ts.EventBus, dialect: str) -> list[Frame]:
+def full_stream(bus: ts.EventBus, dialect: str) -> list[EncodedFrame]:
     """A client that saw the whole session from its first event."""
     return stream_frames(bus, dialect, f"{bus.epoch}-0")
 
 
-def wire(frames: list[Frame]) -> list[Any]:
+def wire(frames: list[EncodedFrame]) -> list[Any]:
     """The messages as the Node checks take them."""
     return [f.message.payload if f.message.raw is None else {"$raw": f.message.raw} for f in frames]
 

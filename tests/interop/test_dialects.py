@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 import toolstream as ts
 from toolstream import dialects
-from toolstream.dialects import Frame
+from toolstream.dialects import EncodedFrame
 
 from .sessions import (
     OPS,
@@ -31,7 +31,7 @@ from .sessions import (
 AGUI = TypeAdapter(AGUIEvent)
 
 
-def obj(frame: Frame) -> dict[str, Any]:
+def obj(frame: EncodedFrame) -> dict[str, Any]:
     """A frame's payload, which every built-in dialect makes a JSON object."""
     payload = frame.message.payload
     assert isinstance(payload, dict), frame

@@ -1,4 +1,4 @@
-"""Building events at publish: generated constructors per event class.
+"""Building events at publish: a plan per event class, with generated constructors.
 
 ``attrs``' frozen ``__init__`` sets each field through ``object.__setattr__`` by name,
 and publishing through it also paid for packing the fields as keywords and for a
@@ -6,28 +6,41 @@ second pass over them to estimate the event's size. The builders generated here 
 each field through the slot's own descriptor and size the payload as they go: one
 pass, the same immutable event (checked against ``cls(**fields)`` in the tests).
 
-Two forms per class, both called by the bus with the ``id`` and ``ts`` it assigns:
+Each publishable class gets one :class:`EventPlan`, made once, with two builders, both
+called by the bus with the ``id`` and ``ts`` it assigns:
 
 - ``build(fields, id, ts)`` takes the fields as a dict (``publish``, and trackers'
   rarer events);
-- ``build(values, id, ts)`` takes them as a tuple in :func:`positional_fields` order:
-  a tracker's hot paths (progress, streamed text) build no dict at all.
+- ``build_tuple(values, id, ts)`` takes them as a tuple in ``plan.fields`` order: a
+  tracker's hot paths (progress, streamed text) build no dict at all.
 
 Classes the generated code cannot build exactly like ``attrs`` would (validators,
 converters, ``__attrs_post_init__``, no slots, a default factory that takes ``self``)
-fall back to ``cls(**fields)`` plus a separate size estimate.
+get a plan that calls ``cls(**fields)`` plus a separate size estimate, and no tuple
+builder.
 """
 
 from __future__ import annotations
 
-import functools
 import types
 from collections.abc import Callable
 from typing import Any, cast
 
 import attrs
 
-from toolstream._core.events import EVENT_TYPES, Event, StreamReset
+from .codegen import compile_functions
+from .events import ENVELOPE, EVENT_TYPES, Event, StreamReset
+from .jsonenc import is_utf8
+
+__all__ = [
+    "EVENT_OVERHEAD",
+    "EventPlan",
+    "approx_size",
+    "deep_size",
+    "plan",
+    "plan_of",
+    "prepare",
+]
 
 #: Approximate bytes of an event in a replay window before its text and JSON fields:
 #: the object, its id string and its numbers.
@@ -40,16 +53,10 @@ _SCALARS = (float, int, bool)
 _NUMERIC = frozenset(
     {"float", "float | None", "int", "int | None", "bool", "bool | None", float, int, bool}
 )
-#: The identifier fields every event carries; a tracker passes the same string objects
-#: for every event of a call, so they are not counted per event.
-ENVELOPE = ("session", "run_id", "call_id", "tool", "parent_call_id")
 _ASSIGNED = ("id", "ts")  # by the bus, never by the caller
+# Identifiers: a tracker passes the same string objects for every event of a call, so
+# they are not counted per event (``check`` counts what a caller of ``publish`` passes).
 _UNSIZED = frozenset({*_ASSIGNED, *ENVELOPE})
-
-_KNOWN: dict[type, frozenset[str]] = {}
-_COMPLETERS: dict[type, Callable[[dict[str, Any]], None]] = {}
-_NUMBERS: dict[type, tuple[str, ...]] = {}
-_POSITIONAL: dict[type, tuple[str, ...]] = {}
 
 
 def deep_size(value: object, depth: int = 0) -> int:
@@ -84,27 +91,81 @@ def approx_size(fields: dict[str, Any]) -> int:
     return size
 
 
-def _generic(cls: type[Event]) -> Builder:
+@attrs.frozen(eq=False)
+class EventPlan:
+    """How the bus builds one event class."""
+
+    cls: type[Event]
+    #: ``build(fields, id, ts) -> (event, size)``, fields as a dict.
+    build: Builder
+    #: ``build_tuple(values, id, ts) -> (event, size)``, values in ``fields`` order;
+    #: None for classes built by their own ``__init__``.
+    build_tuple: TupleBuilder | None
+    #: The fields a caller gives (all but ``id`` and ``ts``), in declaration order.
+    fields: tuple[str, ...]
+    #: Fields of a numeric type (sized only when a caller puts something else in them).
+    numbers: tuple[str, ...] = ()
+    defaults: dict[str, Any] = attrs.field(factory=dict)
+    factories: dict[str, Callable[[], Any]] = attrs.field(factory=dict)
+
+    def complete(self, fields: dict[str, Any]) -> None:
+        """Check ``fields`` against the class (the errors ``cls(**fields)`` would raise,
+        in words) and add the defaults of the fields it leaves out."""
+        unknown = fields.keys() - set(self.fields)
+        if unknown:
+            listed = ", ".join(sorted(map(repr, unknown)))
+            raise TypeError(f"{self.cls.__name__} has no field {listed}")
+        for name in self.fields:
+            if name in fields:
+                continue
+            if name in self.defaults:
+                fields[name] = self.defaults[name]
+            elif name in self.factories:
+                fields[name] = self.factories[name]()
+            else:
+                raise TypeError(f"{self.cls.__name__} needs the field {name!r}")
+
+    def check(self, fields: dict[str, Any]) -> int:
+        """Check the fields a caller of ``publish`` gave (unknown names raise
+        ``TypeError``; ``id`` and ``ts`` are dropped: the bus assigns them) and return the
+        size of what the generated builder leaves to the fixed overhead: identifier
+        strings (a caller other than a tracker may not share them between events) and
+        anything but a number in a numeric field."""
+        for name in _ASSIGNED:
+            fields.pop(name, None)
+        if self.build_tuple is None:
+            return 0  # built by the class's own __init__, sized field by field
+        if not fields.keys() <= set(self.fields):
+            self.complete(fields)  # raises, naming the unknown fields
+        size = 0
+        for name in ENVELOPE:
+            value = fields.get(name)
+            if type(value) is str:
+                size += len(value)
+        for name in self.numbers:
+            value = fields.get(name)
+            if value is not None and type(value) not in _SCALARS:
+                size += deep_size(value)
+        return size
+
+
+def _generic(cls: type[Event]) -> EventPlan:
     def build(fields: dict[str, Any], id: str, ts: float) -> tuple[Event, int]:
         size = approx_size(fields)
         return cls(**fields, id=id, ts=ts), size
 
-    return build
+    names = tuple(f.name for f in attrs.fields(cast(Any, cls)) if f.name not in _ASSIGNED)
+    return EventPlan(cls=cls, build=build, build_tuple=None, fields=names)
 
 
-def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
-    """The straight-line builders for ``cls``, or the generic dict builder (and no
-    tuple builder) when the class needs what only its own ``__init__`` does."""
+def _needs_own_init(cls: type[Event]) -> bool:
     if (
         getattr(cls, "__dictoffset__", 0)
         or hasattr(cls, "__attrs_post_init__")
         or hasattr(cls, "__attrs_pre_init__")
     ):
-        return _generic(cls), None
-    fields = attrs.fields(cast(Any, cls))
-    defaults: dict[str, Any] = {}
-    factories: dict[str, Callable[[], Any]] = {}
-    for field in fields:
+        return True
+    for field in attrs.fields(cast(Any, cls)):
         if (
             field.validator is not None
             or field.converter is not None
@@ -112,27 +173,29 @@ def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
             or (field.alias or field.name) != field.name
             or not isinstance(getattr(cls, field.name, None), types.MemberDescriptorType)
         ):
-            return _generic(cls), None
+            return True
+        default = field.default
+        if isinstance(default, attrs.Factory) and cast(Any, default).takes_self:  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def _generate(cls: type[Event]) -> EventPlan:
+    """The plan for ``cls``: straight-line builders, or the generic one when the class
+    needs what only its own ``__init__`` does."""
+    if _needs_own_init(cls):
+        return _generic(cls)
+    fields = attrs.fields(cast(Any, cls))
+    defaults: dict[str, Any] = {}
+    factories: dict[str, Callable[[], Any]] = {}
+    for field in fields:
         default = field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            factory = cast(Any, default)
-            if factory.takes_self:
-                return _generic(cls), None
-            factories[field.name] = factory.factory
+            factories[field.name] = cast(Any, default).factory
         elif default is not attrs.NOTHING:
             defaults[field.name] = default
     given = tuple(field.name for field in fields if field.name not in _ASSIGNED)
-    complete = functools.partial(_complete, cls, given, defaults, factories)
-    _KNOWN[cls] = frozenset(given)
-    _NUMBERS[cls] = tuple(field.name for field in fields if field.type in _NUMERIC)
-    _COMPLETERS[cls] = complete
-    _POSITIONAL[cls] = given
-    namespace: dict[str, Any] = {
-        "_new": object.__new__,
-        "_cls": cls,
-        "_deep": deep_size,
-        "_complete": complete,
-    }
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_deep": deep_size}
     by_name, by_position = [], []
     k = 0
     for i, field in enumerate(fields):
@@ -145,10 +208,7 @@ def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
             continue
         for lines, source in ((by_name, f"f[{field.name!r}]"), (by_position, f"f[{k}]")):
             if field.name in _UNSIZED or field.type in _NUMERIC:
-                # In the fixed overhead: numbers, and identifiers (the same string
-                # objects in every event of a call; ``check_fields`` counts what a
-                # caller of ``publish`` passes in them).
-                lines.append(f"    _set{i}(self, {source})")
+                lines.append(f"    _set{i}(self, {source})")  # in the fixed overhead
             else:
                 lines += [
                     f"    v = {source}",
@@ -162,9 +222,9 @@ def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
         [
             "def build(f, id, ts):",
             # A cheap count check: the fields are a tracker's, or publish()'s after
-            # check_fields, so a wrong count means defaults to add.
+            # check(), so a wrong count means defaults to add.
             f"    if len(f) != {len(given)}:",
-            "        _complete(f)",
+            "        _plan.complete(f)",
             *start,
             *by_name,
             "    return self, size",
@@ -172,83 +232,32 @@ def _generate(cls: type[Event]) -> tuple[Builder, TupleBuilder | None]:
             *start,
             *by_position,
             "    return self, size",
+            "",
         ]
     )
-    exec(source, namespace)  # generated from the class's own field names
-    return cast(Builder, namespace["build"]), cast(TupleBuilder, namespace["build_tuple"])
+    build, build_tuple = compile_functions(
+        source, namespace, what=f"builders for {cls.__qualname__}", names=("build", "build_tuple")
+    )
+    plan = EventPlan(
+        cls=cls,
+        build=build,
+        build_tuple=build_tuple,
+        fields=given,
+        numbers=tuple(field.name for field in fields if field.type in _NUMERIC),
+        defaults=defaults,
+        factories=factories,
+    )
+    namespace["_plan"] = plan
+    return plan
 
 
-def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, int]:
-    """What every bus's ``publish`` checks before it takes an id: a publishable class
-    (``TypeError``), a non-empty session (``ValueError``), the class's own fields
-    (``TypeError`` naming the others; see :func:`check_fields`). Returns the builder,
-    the session and the size the builder does not count."""
-    build = builder(event_type)
-    if build is None:
-        raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
-    session = fields.get("session")
-    if type(session) is not str or not session:
-        raise ValueError(f"an event needs a non-empty session string, got {session!r}")
-    return build, session, check_fields(cast(type[Event], event_type), fields)
+_PLANS: dict[type, EventPlan] = {}
 
 
-def check_fields(event_type: type[Event], fields: dict[str, Any]) -> int:
-    """Check the fields a caller of ``publish`` gave (unknown names raise
-    ``TypeError``; ``id`` and ``ts`` are dropped: the bus assigns them) and return the
-    size of what the generated builder leaves to the fixed overhead: identifier
-    strings (a caller other than a tracker may not share them between events) and
-    anything but a number in a numeric field."""
-    for name in _ASSIGNED:
-        fields.pop(name, None)
-    known = _KNOWN.get(event_type)
-    if known is None:
-        return 0  # built by the class's own __init__, sized field by field
-    if not fields.keys() <= known:
-        _COMPLETERS[event_type](fields)  # raises, naming the unknown fields
-    size = 0
-    for name in ENVELOPE:
-        value = fields.get(name)
-        if type(value) is str:
-            size += len(value)
-    for name in _NUMBERS[event_type]:
-        value = fields.get(name)
-        if value is not None and type(value) not in _SCALARS:
-            size += deep_size(value)
-    return size
-
-
-def _complete(
-    cls: type[Event],
-    names: tuple[str, ...],
-    defaults: dict[str, Any],
-    factories: dict[str, Callable[[], Any]],
-    fields: dict[str, Any],
-) -> None:
-    """Check ``fields`` against the class (the errors ``cls(**fields)`` would raise, in
-    words) and add the defaults of the fields it leaves out."""
-    unknown = fields.keys() - set(names)
-    if unknown:
-        listed = ", ".join(sorted(map(repr, unknown)))
-        raise TypeError(f"{cls.__name__} has no field {listed}")
-    for name in names:
-        if name in fields:
-            continue
-        if name in defaults:
-            fields[name] = defaults[name]
-        elif name in factories:
-            fields[name] = factories[name]()
-        else:
-            raise TypeError(f"{cls.__name__} needs the field {name!r}")
-
-
-_BUILDERS: dict[type, Builder] = {}
-_TUPLE_BUILDERS: dict[type, TupleBuilder] = {}
-
-
-def builder(event_type: object) -> Builder | None:
-    """The dict builder of a publishable event class (subclasses of the lifecycle
-    events too, generated once), or None when ``event_type`` cannot be published."""
-    found: Builder | None = _BUILDERS.get(event_type)  # type: ignore[call-overload]
+def plan(event_type: object) -> EventPlan | None:
+    """The plan of a publishable event class (subclasses of the lifecycle events too,
+    made once), or None when ``event_type`` cannot be published."""
+    found: EventPlan | None = _PLANS.get(event_type)  # type: ignore[call-overload]
     if found is not None:
         return found
     if not (
@@ -257,26 +266,37 @@ def builder(event_type: object) -> Builder | None:
         and not issubclass(event_type, StreamReset)
     ):
         return None
-    by_name, by_position = _generate(event_type)
-    _BUILDERS[event_type] = by_name
-    if by_position is not None:
-        _TUPLE_BUILDERS[event_type] = by_position
-    return by_name
+    made = _PLANS[event_type] = _generate(event_type)
+    return made
 
 
-def tuple_builder(event_type: type[Event]) -> TupleBuilder:
-    """The tuple builder of one of the lifecycle event classes (what trackers use)."""
-    builder(event_type)
-    return _TUPLE_BUILDERS[event_type]
+def plan_of(event_type: type[Event]) -> EventPlan:
+    """The plan of a lifecycle event class (``TypeError`` for one that cannot be published)."""
+    found = plan(event_type)
+    if found is None:
+        raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
+    return found
 
 
-def positional_fields(event_type: type[Event]) -> tuple[str, ...]:
-    """The order of the values a tuple builder takes: the class's fields but ``id``
-    and ``ts``."""
-    builder(event_type)
-    return _POSITIONAL[event_type]
+def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, int]:
+    """What every bus's ``publish`` checks before it takes an id: a publishable class
+    (``TypeError``), a non-empty session of valid text (``ValueError``), the class's own
+    fields (``TypeError`` naming the others; see :meth:`EventPlan.check`), identifiers
+    that are text. Returns the builder, the session and the size the builder does not
+    count."""
+    found = plan(event_type)
+    if found is None:
+        raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
+    session = fields.get("session")
+    if type(session) is not str or not session:
+        raise ValueError(f"an event needs a non-empty session string, got {session!r}")
+    for name in ENVELOPE:
+        value = fields.get(name)
+        if value is not None and (type(value) is not str or not is_utf8(value)):
+            raise ValueError(f"{name} must be a string of valid Unicode text, got {value!r:.80}")
+    return found.build, session, found.check(fields)
 
 
 for _cls in EVENT_TYPES:
     if _cls is not StreamReset:
-        builder(_cls)
+        plan(_cls)

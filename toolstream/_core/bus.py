@@ -4,63 +4,56 @@ Publishing appends once, whatever the number of subscribers, and wakes the
 subscribers that wait; a consumer takes everything after its cursor as one
 slice. Replay is reading from an earlier cursor, a backlog is the distance from
 a cursor to the log's end, and a stalled subscriber is a cursor that does not
-move: it costs the others nothing.
+move: it costs the others nothing. The subscription machinery itself is
+:mod:`toolstream._core.subscription`, which every bus shares.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import logging
 import secrets
 import threading
 import time
-from bisect import bisect_left, bisect_right
-from collections.abc import AsyncIterator, Callable, Sequence
-from types import TracebackType
-from typing import (
-    Any,
-    Generic,
-    Literal,
-    Protocol,
-    TypeAlias,
-    TypeVar,
-    overload,
-    runtime_checkable,
-)
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import attrs
-from typing_extensions import Self
+from typing_extensions import Self, deprecated
 
 from .build import prepare
-from .errors import BusClosed, SlowConsumer
-from .events import (
-    Event,
-    RunFinished,
-    Snapshot,
-    StreamReset,
-    ToolArgsDelta,
-    ToolOutputDelta,
-    ToolOutputPartial,
-    ToolProgress,
+from .errors import BusClosed
+from .events import Event, Snapshot, StreamReset
+from .ids import compare_ids, make_id
+from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
+from .subscription import (
+    Feeder,
+    FeederStats,
+    Log,
+    Origin,
+    Overflow,
+    Retained,
+    Start,
+    StartRequest,
+    Subscription,
+    check_subscribe,
+    cursor_index,
+    start_position,
+    wake_all,
 )
-from .view import LiveView, compare_ids, parse_event_id
-from .wake import Waiter, checkpoint, current_backend, make_waiter
+from .view import LiveView
 
 logger = logging.getLogger("toolstream.bus")
 
 __all__ = ["Bus", "BusStats", "EventBus", "Overflow", "Subscription"]
 
-Overflow: TypeAlias = Literal["coalesce", "disconnect"]
-
 E = TypeVar("E", bound=Event)
 E1 = TypeVar("E1", bound=Event)
 E2 = TypeVar("E2", bound=Event)
 E3 = TypeVar("E3", bound=Event)
-E_co = TypeVar("E_co", bound=Event, covariant=True)
 
 _get_ident = threading.get_ident
-_MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
 
 
 @runtime_checkable
@@ -84,11 +77,21 @@ class Bus(Protocol):
         snapshot: bool = False,
         buffer: int = 1024,
         overflow: Overflow = "coalesce",
-        with_state: bool = False,
-        inclusive: bool = False,
-        with_history: bool = False,
     ) -> Subscription[Any]:
         """A cursor into the session's events (see :meth:`EventBus.subscribe`)."""
+        ...
+
+    def resume(
+        self,
+        *types: type[Event],
+        session: str,
+        after: str,
+        at: bool = False,
+        run: str | None = None,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+    ) -> Subscription[Any]:
+        """Continue a client exactly where it was (see :meth:`EventBus.resume`)."""
         ...
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
@@ -104,131 +107,23 @@ class Bus(Protocol):
         ...
 
 
-def wake_all(wakes: list[tuple[Subscription[Any], Waiter]]) -> None:
-    """Wake the consumers of ``wakes`` (outside the lock that collected them)."""
-    if wakes:
-        tid = _get_ident()
-        for _, waiter in wakes:
-            waiter.wake(tid)
-
-
-def check_subscribe(
-    types: Sequence[object],
-    session: str | None,
-    run: str | None,
-    after: str | None,
-    snapshot: bool,
-    inclusive: bool,
-    buffer: object,
-    overflow: object,
-) -> None:
-    """The argument checks every bus's ``subscribe`` makes (TypeError / ValueError)."""
-    for t in types:
-        if not (isinstance(t, type) and issubclass(t, Event)):
-            raise TypeError(f"subscribe() takes event classes, got {t!r}")
-    if after is not None and snapshot:
-        raise ValueError("after= and snapshot=True exclude each other")
-    if inclusive and after is None:
-        raise ValueError("inclusive=True needs after=")
-    if session is not None and (not isinstance(session, str) or not session):
-        raise ValueError(f"session must be a non-empty string or None, got {session!r}")
-    if run is not None and session is None:
-        raise ValueError("run= needs session=: run ids are scoped to a session")
-    if not isinstance(buffer, int) or buffer < 1:
-        raise ValueError(f"buffer must be a positive int, got {buffer!r}")
-    if overflow not in ("coalesce", "disconnect"):
-        raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
-
-
 @attrs.define
-class BusStats:
-    """Counters of an :class:`EventBus` (read with ``bus.stats``)."""
+class BusStats(FeederStats):
+    """Counters of an :class:`EventBus` (read with ``bus.stats``): events ``published``,
+    ``coalesced`` away by slow subscriptions, subscriptions ``cut`` with
+    ``SlowConsumer``, ``resets`` delivered because a cursor could not be served."""
 
     published: int = 0
-    #: Events merged away by ``overflow="coalesce"`` subscriptions.
-    coalesced: int = 0
-    #: Subscriptions cut with ``SlowConsumer``.
-    cut: int = 0
-    #: Resets delivered because a cursor could not be served.
-    resets: int = 0
 
 
-class _Log:
-    """One bounded, append-only log (a session's, or the all-sessions one)."""
-
-    __slots__ = (
-        "base",
-        "events",
-        "last_ts",
-        "nbytes",
-        "seqs",
-        "session",
-        "sizes",
-        "subs",
-        "trimmed_seq",
-        "view",
-        "waiters",
-    )
-
-    def __init__(self, session: str | None, trimmed_seq: int, view: LiveView | None) -> None:
-        self.session = session
-        self.events: list[Event] = []
-        self.seqs: list[int] = []
-        self.sizes: list[int] = []
-        self.base = 0  # absolute position of events[0]
-        self.nbytes = 0
-        #: Every event of this log with a seq <= trimmed_seq is gone.
-        self.trimmed_seq = trimmed_seq
-        self.waiters: list[tuple[Subscription[Any], Waiter]] = []
-        self.subs: set[Subscription[Any]] = set()
-        #: The session's state at position ``base`` (events before it applied).
-        self.view = view
-        self.last_ts = 0.0
-
-    @property
-    def end(self) -> int:
-        return self.base + len(self.events)
-
-
-class _Host:
-    """What a :class:`Subscription` needs of whatever feeds its log: a lock guarding
-    the log, the wake-ups due, counters, and cutting / unregistering a subscriber.
-
-    ``EventBus`` is one; a broker-backed bus gives each subscription a host of its own.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._wakes: list[tuple[Subscription[Any], Waiter]] = []
-        self._stats = BusStats()
-        self._closed = False
-
-    def _cut(self, sub: Subscription[Any], log: _Log) -> None:
-        if sub._cut:
-            return
-        sub._cut = True
-        self._stats.cut += 1
-        log.subs.discard(sub)
-        self._unregister(sub, log, wake=True)
-
-    def _unregister(self, sub: Subscription[Any], log: _Log, *, wake: bool) -> None:
-        kept = []
-        for entry in log.waiters:
-            if entry[0] is sub:
-                if wake:
-                    self._wakes.append(entry)
-            else:
-                kept.append(entry)
-        log.waiters = kept
-
-
-class EventBus(_Host):
+class EventBus:
     """The in-memory bus: publish from any thread, subscribe from asyncio or trio.
 
-    ``replay`` events are kept per session, within a global ``replay_bytes``
-    budget (the oldest events of the largest sessions go first); a session with
-    no event for ``session_ttl`` seconds (and no subscriber) is forgotten.
-    ``clock`` gives event timestamps (injectable for tests).
+    ``replay`` events are kept per session, within a global ``replay_bytes`` budget
+    (the oldest events of the largest sessions go first); a session with no event for
+    ``session_ttl`` seconds (and no subscriber) is forgotten. A ``stream.reset`` holds
+    at most ``reset_bytes`` (open calls always; the oldest finished calls go first; each
+    field capped). ``clock`` gives event timestamps (injectable for tests).
     """
 
     def __init__(
@@ -239,6 +134,7 @@ class EventBus(_Host):
         session_ttl: float = 3600.0,
         clock: Callable[[], float] = time.time,
         max_finished: int = 500,
+        reset_bytes: int = DEFAULT_RESET_BYTES,
     ) -> None:
         if replay < 1:
             raise ValueError(f"replay must be at least 1, got {replay}")
@@ -246,18 +142,24 @@ class EventBus(_Host):
             raise ValueError(f"replay_bytes must be at least 1024, got {replay_bytes}")
         if not session_ttl > 0:
             raise ValueError(f"session_ttl must be positive, got {session_ttl}")
+        if reset_bytes < 4096:
+            raise ValueError(f"reset_bytes must be at least 4096, got {reset_bytes}")
         self.replay = replay
         self.replay_bytes = replay_bytes
         self.session_ttl = session_ttl
-        super().__init__()
+        self.reset_bytes = reset_bytes
+        self._stats = BusStats()
+        self._feeder = feeder = Feeder(self._stats)
+        feeder.released = self._released
+        self._lock = feeder.lock
         self._clock = clock
         self._max_finished = max_finished
         #: A random token per bus instance: ids of another instance do not compare.
         self.epoch = secrets.token_hex(6)
         self._prefix = f"{self.epoch}-"
         self._seq = 0
-        self._logs: dict[str, _Log] = {}
-        self._all: _Log | None = None  # the all-sessions log, once someone needs it
+        self._logs: dict[str, Log] = {}
+        self._all: Log | None = None  # the all-sessions log, once someone needs it
         self._bytes = 0
         self._forgotten_seq = 0
         self._high = replay + max(32, replay // 4)
@@ -270,7 +172,7 @@ class EventBus(_Host):
     @property
     def closed(self) -> bool:
         """True after :meth:`aclose` / :meth:`close`."""
-        return self._closed
+        return self._feeder.closed
 
     @property
     def stats(self) -> BusStats:
@@ -281,9 +183,7 @@ class EventBus(_Host):
     @property
     def position(self) -> str:
         """The id of the newest event published (``"<epoch>-0"`` on an empty bus)."""
-        return f"{self.epoch}-{self._seq}"
-
-    # -- ids ---------------------------------------------------------------------------
+        return make_id(self.epoch, self._seq)
 
     def compare(self, a: str, b: str) -> int:
         """-1, 0 or 1 as id ``a`` is before, equal to or after ``b``.
@@ -312,17 +212,18 @@ class EventBus(_Host):
         values: Any,
         extra: int = 0,
     ) -> Event:
-        """Build an event with ``build`` (a builder from ``toolstream._core.build``:
-        ``values`` is its fields as a dict, or as a tuple for a tuple builder), give it
-        the next id, append it and wake the subscribers. Trackers call this directly:
-        what ``publish`` checks holds for them already (a lifecycle class, a non-empty
+        """Build an event with ``build`` (a builder of an ``EventPlan``: ``values`` is
+        its fields as a dict, or as a tuple for a tuple builder), give it the next id,
+        append it and wake the subscribers. Trackers call this directly: what
+        ``publish`` checks holds for them already (a lifecycle class, a non-empty
         session checked when the tracker was made, the class's own fields). ``extra``
         is added to the event's size estimate."""
         # acquire/release rather than ``with``: half the interpreter work on this path.
         lock = self._lock
         lock.acquire()
         try:
-            if self._closed:
+            feeder = self._feeder
+            if feeder.closed:
                 raise BusClosed("the bus is closed")
             seq = self._seq + 1
             ts = self._clock()
@@ -355,9 +256,8 @@ class EventBus(_Host):
                 self._trim_bytes()
             if ts - self._last_sweep > self._sweep_every:
                 self._sweep(ts)
-            if self._wakes:
-                wakes = wakes + self._wakes
-                self._wakes = []
+            if feeder.wakes:
+                wakes = wakes + feeder.take_wakes()
         finally:
             lock.release()
         if wakes:
@@ -366,21 +266,26 @@ class EventBus(_Host):
                 waiter.wake(tid)
         return event
 
-    def _new_log(self, session: str) -> _Log:
-        view = LiveView(max_finished=self._max_finished, compare=self.compare)
-        view._check_replays = False  # this log feeds it every event once, in order
-        log = _Log(session, self._forgotten_seq, view)
+    def _new_log(self, session: str) -> Log:
+        # This log feeds its view every event once, in order: no replay check.
+        view = LiveView(
+            max_finished=self._max_finished,
+            max_text=FIELD_BYTES,
+            compare=self.compare,
+            check_replays=False,
+        )
+        log = Log(session, self._forgotten_seq, view)
         self._logs[session] = log
         return log
 
-    def _append(self, log: _Log, event: Event, seq: int, size: int) -> None:
+    def _append(self, log: Log, event: Event, seq: int, size: int) -> None:
         log.events.append(event)
         log.seqs.append(seq)
         log.sizes.append(size)
         log.nbytes += size
         self._bytes += size
 
-    def _trim_to(self, log: _Log, target: int) -> int:
+    def _trim_to(self, log: Log, target: int) -> int:
         """Drop the events before absolute position ``target`` (never those a live
         subscriber within its allowance still has to read). Returns bytes freed."""
         end = log.end
@@ -388,7 +293,7 @@ class EventBus(_Host):
             cursor = sub._cursor
             if cursor < target:
                 if end - max(cursor, sub._replay_end) > sub._limit:
-                    self._cut(sub, log)
+                    self._feeder.cut(sub, log)
                 else:
                     target = cursor
         k = target - log.base
@@ -430,36 +335,58 @@ class EventBus(_Host):
                 heapq.heappush(heap, (-log.nbytes, i, log))
 
     def _sweep(self, now: float) -> None:
+        """Forget the sessions nobody reads that saw no event for ``session_ttl`` (lock
+        held). Runs on publishing and on subscribing, at most every ``ttl / 4``."""
         self._last_sweep = now
         horizon = now - self.session_ttl
         for session, log in list(self._logs.items()):
             if not log.subs and log.last_ts < horizon:
-                del self._logs[session]
-                self._bytes -= log.nbytes
-                last = log.seqs[-1] if log.seqs else log.trimmed_seq
-                self._forgotten_seq = max(self._forgotten_seq, last)
+                self._forget(session, log)
+
+    def _forget(self, session: str, log: Log) -> None:
+        del self._logs[session]
+        self._bytes -= log.nbytes
+        last = log.seqs[-1] if log.seqs else log.trimmed_seq
+        self._forgotten_seq = max(self._forgotten_seq, last)
+
+    def _released(self, log: Log) -> None:
+        """A subscription left ``log`` (lock held): a session log nobody reads that never
+        saw an event holds nothing to replay, and is forgotten at once."""
+        session = log.session
+        view = log.view
+        if (
+            session is not None
+            and view is not None
+            and not log.subs
+            and not log.seqs
+            and not view.calls
+            and not view.runs
+            and self._logs.get(session) is log
+        ):
+            self._forget(session, log)
 
     # -- reading ---------------------------------------------------------------------
 
-    def _state_at(self, log: _Log, position: int) -> LiveView:
-        """The session's state after the events before absolute ``position``."""
-        view = log.view
-        assert view is not None
-        k = position - log.base
-        if k <= 0:
-            return view
-        view = view.copy()
-        view.fold(log.events[:k])
-        return view
+    def _retained(self, log: Log) -> Retained:
+        assert log.view is not None
+        return Retained(
+            log.events,
+            log.seqs,
+            log.view,
+            log.trimmed_seq,
+            cache=log.resets,
+            offset=log.base,
+        )
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand now (open calls, and
-        the newest finished ones); only one run's part with ``run=``."""
+        the newest finished ones, within ``reset_bytes``); only one run's part with
+        ``run=``."""
         with self._lock:
             log = self._logs.get(session)
             if log is None:
                 return Snapshot()
-            return self._state_at(log, log.end).snapshot(run_id=run)
+            return self._retained(log).reset_snapshot(len(log.events), run, self.reset_bytes)
 
     def sessions(self) -> list[str]:
         """The sessions the bus currently remembers."""
@@ -485,9 +412,6 @@ class EventBus(_Host):
         snapshot: bool = ...,
         buffer: int = ...,
         overflow: Overflow = ...,
-        with_state: bool = ...,
-        inclusive: bool = ...,
-        with_history: bool = ...,
     ) -> Subscription[Event]: ...
     @overload
     def subscribe(
@@ -501,9 +425,6 @@ class EventBus(_Host):
         snapshot: bool = ...,
         buffer: int = ...,
         overflow: Overflow = ...,
-        with_state: bool = ...,
-        inclusive: bool = ...,
-        with_history: bool = ...,
     ) -> Subscription[E1 | StreamReset]: ...
     @overload
     def subscribe(
@@ -518,9 +439,6 @@ class EventBus(_Host):
         snapshot: bool = ...,
         buffer: int = ...,
         overflow: Overflow = ...,
-        with_state: bool = ...,
-        inclusive: bool = ...,
-        with_history: bool = ...,
     ) -> Subscription[E1 | E2 | StreamReset]: ...
     @overload
     def subscribe(
@@ -536,11 +454,20 @@ class EventBus(_Host):
         snapshot: bool = ...,
         buffer: int = ...,
         overflow: Overflow = ...,
-        with_state: bool = ...,
-        inclusive: bool = ...,
-        with_history: bool = ...,
     ) -> Subscription[E1 | E2 | E3 | StreamReset]: ...
     @overload
+    def subscribe(
+        self,
+        *types: type[Event],
+        session: str | None = ...,
+        run: str | None = ...,
+        after: str | None = ...,
+        snapshot: bool = ...,
+        buffer: int = ...,
+        overflow: Overflow = ...,
+    ) -> Subscription[Event]: ...
+    @overload
+    @deprecated("with_state=, inclusive=, with_history=: use bus.resume(...) and sub.origin")
     def subscribe(
         self,
         *types: type[Event],
@@ -582,115 +509,154 @@ class EventBus(_Host):
           ``overflow`` applies: ``"coalesce"`` merges deltas and keeps the newest
           progress per call, and cuts the subscriber (``SlowConsumer``) when that is not
           enough; ``"disconnect"`` cuts it at once. Replayed events do not count.
-        - ``with_state=True``: ``sub.state`` is the session's state at the point the
-          subscription starts reading (for dialects that resume mid-stream).
-        - ``inclusive=True`` (with ``after``): the event ``after`` itself is delivered
-          too (a reset if it left the window) — for a client cut between the wire
-          messages of that event.
-        - ``with_history=True``: ``sub.history`` is the session's retained events before
-          the starting point and ``sub.history_state`` the state before the oldest of
-          them — what an encoder replays to continue exactly where a client was.
 
         A ``StreamReset`` is delivered whenever one is due, whatever ``types`` says.
+        (``with_state``, ``inclusive`` and ``with_history`` are deprecated: use
+        :meth:`resume`.)
         """
-        check_subscribe(types, session, run, after, snapshot, inclusive, buffer, overflow)
-        sub: Subscription[Any] = Subscription(self, types, session, run, buffer, overflow)
+        if with_state or inclusive or with_history:
+            warnings.warn(
+                "subscribe(with_state=, inclusive=, with_history=) is deprecated: "
+                "use bus.resume(..., at=inclusive) and sub.origin",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if inclusive and after is None:
+                raise ValueError("inclusive=True needs after=")
+        check_subscribe(types, session, run, after, snapshot, buffer, overflow)
+        request = StartRequest(
+            after=after,
+            at=inclusive,
+            snapshot=snapshot,
+            run=run,
+            resume=with_state or with_history,
+        )
+        return self._open(types, session, request, buffer, overflow)
+
+    def resume(
+        self,
+        *types: type[Event],
+        session: str,
+        after: str,
+        at: bool = False,
+        run: str | None = None,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+    ) -> Subscription[Any]:
+        """Continue a client that read ``session`` (its ``types``, its ``run``) up to
+        event ``after`` — or up to just before it, with ``at=True`` (a client cut
+        between the wire messages of that event).
+
+        Delivers what :meth:`subscribe` with ``after=`` delivers (a reset when the
+        cursor cannot be served), and ``sub.origin`` says what the client already has:
+        ``base`` (the state before ``history``), ``history`` (the retained events up to
+        the cursor, as this subscription delivers them) and ``state`` (the state at the
+        cursor). A transport re-encodes the history to bring a client's wire dialect
+        to exactly where it was.
+        """
+        if not isinstance(after, str) or not after:
+            raise ValueError(f"after must be a non-empty string, got {after!r}")
+        if session is None:
+            raise ValueError("resume() needs session=")
+        check_subscribe(types, session, run, after, False, buffer, overflow)
+        request = StartRequest(after=after, at=at, run=run, resume=True)
+        return self._open(types, session, request, buffer, overflow)
+
+    def _open(
+        self,
+        types: tuple[type[Event], ...],
+        session: str | None,
+        request: StartRequest,
+        buffer: int,
+        overflow: Overflow,
+    ) -> Subscription[Any]:
+        sub: Subscription[Any] = Subscription(
+            self._feeder, types, session, request.run, buffer, overflow
+        )
         with self._lock:
-            if self._closed:
+            if self._feeder.closed:
                 raise BusClosed("the bus is closed")
+            now = self._clock()
+            if now - self._last_sweep > self._sweep_every:
+                self._sweep(now)
             if session is None:
-                if self._all is None:
-                    self._all = _Log(None, self._seq, None)
-                log = self._all
-            else:
-                log = self._logs.get(session) or self._new_log(session)
-            end = log.end
-            cursor: int | None = end
-            if after is not None:
-                cursor = self._cursor_for(log, after, inclusive)
-            need_reset = snapshot or cursor is None
-            if run is not None:
-                state = self._state_at(log, end)
-                finished = run in state.runs and state.runs[run].state != "running"
-                if finished and (cursor is None or not self._run_ends_after(log, run, cursor)):
-                    need_reset = True
-                    sub._done = True
-            if need_reset:
-                if after is not None:
-                    self._stats.resets += 1
-                cursor = end
-                sub._pending = self._resets(log, run)
-                sub.starts_with_reset = True
-            assert cursor is not None
-            sub.start_after = after if after is not None and not need_reset else self.position
-            sub._cursor = cursor
-            sub._replay_end = end
-            sub._log = log
-            if with_history and log.view is not None:
-                sub.history_state = log.view.snapshot(run_id=run)
-                sub.history = log.events[: max(0, cursor - log.base)]
-            if with_state:
-                if sub._pending:
-                    sub.state = sub._pending[-1].snapshot
-                elif log.session is not None:
-                    sub.state = self._state_at(log, cursor).snapshot(run_id=run)
-            if not sub._done:
-                log.subs.add(sub)
+                self._open_all(sub, request)
+                return sub
+            log = self._logs.get(session) or self._new_log(session)
+            start = start_position(
+                request,
+                sub.matches,
+                self._retained(log),
+                session=session,
+                epoch=self.epoch,
+                live_seq=self._seq,
+                last_seq=self._seq,
+                ts=now,
+                reset_bytes=self.reset_bytes,
+            )
+            if start.reset is not None and request.after is not None:
+                self._stats.resets += 1
+            sub._begin(log, start, cursor=log.base + start.index, replay_end=log.end)
         return sub
 
-    def _cursor_for(self, log: _Log, after: str, inclusive: bool = False) -> int | None:
-        """The absolute position just after event ``after`` (at it, with ``inclusive``),
-        or None if that cannot be served exactly (other epoch, from the future, left
-        the window, malformed)."""
-        try:
-            epoch, seq = parse_event_id(after)
-        except ValueError:
-            return None
-        if epoch != self.epoch or seq > self._seq or seq < log.trimmed_seq:
-            return None
-        if inclusive:
-            if seq <= log.trimmed_seq:
-                return None
-            return log.base + bisect_left(log.seqs, seq)
-        return log.base + bisect_right(log.seqs, seq)
-
-    @staticmethod
-    def _run_ends_after(log: _Log, run: str, cursor: int) -> bool:
-        return any(
-            type(e) is RunFinished and e.run_id == run for e in log.events[cursor - log.base :]
-        )
-
-    def _resets(self, log: _Log, run: str | None) -> list[StreamReset]:
-        position = f"{self.epoch}-{self._seq}"
-        ts = self._clock()
-        if log.session is not None:
-            snap = self._state_at(log, log.end).snapshot(run_id=run)
-            return [StreamReset(id=position, session=log.session, ts=ts, run_id=run, snapshot=snap)]
-        return [
-            StreamReset(
-                id=position,
-                session=session,
-                ts=ts,
-                snapshot=self._state_at(slog, slog.end).snapshot(),
+    def _open_all(self, sub: Subscription[Any], request: StartRequest) -> None:
+        """An all-sessions subscription (lock held): its reset is one per session."""
+        if self._all is None:
+            self._all = Log(None, self._seq, None)
+        log = self._all
+        index = None
+        if request.after is not None:
+            index = cursor_index(
+                log.seqs,
+                request.after,
+                epoch=self.epoch,
+                floor=log.trimmed_seq,
+                last=self._seq,
+                at=request.at,
             )
-            for session, slog in self._logs.items()
-        ]
+        if request.snapshot or (request.after is not None and index is None):
+            if request.after is not None:
+                self._stats.resets += 1
+            ts = self._clock()
+            resets = [
+                StreamReset(
+                    id=self.position,
+                    session=session,
+                    ts=ts,
+                    snapshot=self._retained(slog).reset_snapshot(
+                        len(slog.events), None, self.reset_bytes
+                    ),
+                )
+                for session, slog in self._logs.items()
+            ]
+            origin = Origin(reset=True, after=self.position)
+            start = Start(index=len(log.events), reset=None, done=False, origin=origin)
+            sub._begin(log, start, cursor=log.end, replay_end=log.end)
+            sub._pending = resets
+            return
+        after = request.after if request.after is not None else self.position
+        start = Start(
+            index=len(log.events) if index is None else index,
+            reset=None,
+            done=False,
+            origin=Origin(reset=False, after=after),
+        )
+        sub._begin(log, start, cursor=log.base + start.index, replay_end=log.end)
 
     # -- closing ---------------------------------------------------------------------
 
     def close(self) -> None:
         """End every subscription (their iterators stop); publishing raises ``BusClosed``."""
         with self._lock:
-            if self._closed:
+            if self._feeder.closed:
                 return
-            self._closed = True
-            wakes: list[tuple[Subscription[Any], Waiter]] = []
+            self._feeder.closed = True
+            wakes: list[Any] = []
             logs = list(self._logs.values())
             if self._all is not None:
                 logs.append(self._all)
             for log in logs:
-                wakes.extend(log.waiters)
-                log.waiters = []
+                wakes.extend(log.take_waiters())
         wake_all(wakes)
 
     async def aclose(self) -> None:
@@ -702,342 +668,3 @@ class EventBus(_Host):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-
-def _coalesce(events: list[Event]) -> tuple[list[Event], int]:
-    """Per call, merge runs of text deltas and keep only the newest progress / partial
-    output. Run and lifecycle events are never dropped. Returns (events, merged)."""
-    out: list[Event | None] = []
-    last: dict[str, int] = {}
-    merged = 0
-    for event in events:
-        kind = type(event)
-        call_id = event.call_id
-        if call_id and kind in _MERGEABLE:
-            j = last.get(call_id)
-            if j is not None:
-                prev = out[j]
-                if type(prev) is kind:
-                    combined = _merge(prev, event)
-                    if combined is not None:
-                        out[j] = None
-                        out.append(combined)
-                        last[call_id] = len(out) - 1
-                        merged += 1
-                        continue
-        out.append(event)
-        if call_id:
-            last[call_id] = len(out) - 1
-    return [e for e in out if e is not None], merged
-
-
-_MERGEABLE = frozenset({ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial})
-
-
-def _merge(prev: Event, event: Event) -> Event | None:
-    """``event`` absorbing ``prev`` (same call, same kind), or None if they stay apart."""
-    if isinstance(event, ToolArgsDelta) and isinstance(prev, ToolArgsDelta):
-        if len(prev.delta) + len(event.delta) > _MERGED_TEXT_LIMIT:
-            return None
-        return attrs.evolve(event, delta=prev.delta + event.delta)
-    if isinstance(event, ToolOutputDelta) and isinstance(prev, ToolOutputDelta):
-        if len(prev.text) + len(event.text) > _MERGED_TEXT_LIMIT:
-            return None
-        return attrs.evolve(event, text=prev.text + event.text)
-    if (
-        isinstance(event, ToolProgress)
-        and isinstance(prev, ToolProgress)
-        and event.message is None
-        and prev.message is not None
-    ):
-        return attrs.evolve(event, message=prev.message)
-    return event  # progress, partial output: the newest replaces the older
-
-
-class Subscription(Generic[E_co]):
-    """A cursor into the bus: iterate it (``async for``) or take batches of events.
-
-    Create with :meth:`EventBus.subscribe`; use as ``async with`` (or call
-    :meth:`close`) so the bus can release it. Iteration checkpoints once per
-    batch taken from the bus, not once per event.
-    """
-
-    def __init__(
-        self,
-        bus: _Host,
-        types: Sequence[type[Event]],
-        session: str | None,
-        run: str | None,
-        buffer: int,
-        overflow: Overflow,
-    ) -> None:
-        self._bus = bus
-        #: The session read, or None for all sessions.
-        self.session = session
-        #: The run this subscription is limited to, if any.
-        self.run = run
-        #: The event classes delivered (every class when empty); resets always are.
-        self.types: tuple[type[Event], ...] = tuple(types)
-        self.buffer = buffer
-        self.overflow = overflow
-        #: Id of the newest event this subscription delivered: resume with ``after=`` it.
-        self.last_id: str | None = None
-        #: Events merged away by coalescing.
-        self.coalesced = 0
-        #: With ``with_state=True``: the session's state where reading starts.
-        self.state: Snapshot | None = None
-        #: True when the first thing delivered is a ``StreamReset`` (no cursor, or one
-        #: that could not be served).
-        self.starts_with_reset = False
-        #: Where the subscription starts: the id of the event just before the first one it
-        #: delivers (resume with ``after=`` it if cut before delivering anything).
-        self.start_after: str | None = None
-        #: With ``with_history=True``: the retained events before the starting point...
-        self.history: list[Event] = []
-        #: ...and the session's state before the oldest of them.
-        self.history_state: Snapshot | None = None
-        self._filter: tuple[type[Event], ...] | None = (
-            None if not types or Event in types else (*types, StreamReset)
-        )
-        self._limit = buffer if overflow == "disconnect" else 2 * buffer
-        self._log: _Log | None = None
-        self._cursor = 0
-        self._replay_end = 0
-        self._pending: list[StreamReset] = []  # resets due before the next slice
-        self._buf: list[Any] = []
-        self._buf_i = 0
-        self._cut = False
-        self._done = False
-        self._closed = False
-        self._backend: str | None = None
-
-    def __repr__(self) -> str:
-        return (
-            f"<Subscription session={self.session!r} run={self.run!r} "
-            f"last_id={self.last_id!r} closed={self.closed}>"
-        )
-
-    @property
-    def closed(self) -> bool:
-        """True once closed, ended (its run finished, the bus closed) or cut."""
-        return self._closed or self._done or self._cut
-
-    @property
-    def backlog(self) -> int:
-        """How many events are published and not yet taken by this subscription."""
-        log = self._log
-        return 0 if log is None else max(0, log.end - self._cursor)
-
-    def close(self) -> None:
-        """Release the subscription; a consumer waiting on it stops iterating."""
-        bus = self._bus
-        with bus._lock:
-            if self._closed:
-                return
-            self._closed = True
-            log = self._log
-            if log is not None:
-                log.subs.discard(self)
-                bus._unregister(self, log, wake=True)
-            wakes, bus._wakes = bus._wakes, []
-        wake_all(wakes)
-
-    async def aclose(self) -> None:
-        """Release the subscription."""
-        self.close()
-
-    async def prepare(self) -> None:
-        """Wait until the subscription knows where it starts: ``starts_with_reset``,
-        ``start_after``, ``state`` and ``history`` are final afterwards.
-
-        Immediate on :class:`EventBus` (they are final when ``subscribe`` returns); a
-        broker-backed bus reads them from the broker. Iterating calls it first.
-        """
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # -- taking events ---------------------------------------------------------------
-
-    def _take(self, waiter: Waiter | None) -> list[Any] | None:
-        """Everything after the cursor (filtered, coalesced); [] if nothing yet (the
-        waiter, if given, is registered); None when the subscription has ended."""
-        bus = self._bus
-        with bus._lock:
-            pending = self._pending
-            if pending:
-                self._pending = []
-            elif self._closed or self._done:
-                if self._log is not None:
-                    self._log.subs.discard(self)
-                return None
-            if self._cut:
-                raise self._slow("it fell too far behind")
-            log = self._log
-            assert log is not None
-            base = log.base
-            end = base + len(log.events)
-            cursor = self._cursor
-            batch: list[Event] = []
-            replayed = 0
-            if cursor < end:
-                if cursor < base:
-                    bus._cut(self, log)
-                    raise self._slow("events it had not read left the replay window")
-                if end - max(cursor, self._replay_end) > self._limit:
-                    bus._cut(self, log)
-                    raise self._slow(f"its backlog passed {self._limit} events")
-                batch = log.events[cursor - base :]
-                replayed = max(0, self._replay_end - cursor)
-                self._cursor = end
-            elif not pending:
-                if bus._closed:
-                    return None
-                if waiter is not None:
-                    log.waiters.append((self, waiter))
-                return []
-        if replayed:
-            replay = self._deliverable(batch[:replayed])
-            live = [] if self._done else self._deliverable(batch[replayed:])
-            batch = replay
-        else:
-            live = self._deliverable(batch)
-            batch = []
-        if len(live) > self.buffer:
-            live, merged = _coalesce(live) if self.overflow == "coalesce" else (live, 0)
-            if merged:
-                self.coalesced += merged
-                bus._stats.coalesced += merged
-            if len(live) > self.buffer:
-                with bus._lock:
-                    if self._log is not None:
-                        bus._cut(self, self._log)
-                raise self._slow(f"more than {self.buffer} events were waiting for it")
-        out = pending + batch + live if pending or batch else live
-        if not out and self._done:
-            return None
-        return out
-
-    def _deliverable(self, events: list[Event]) -> list[Event]:
-        kinds = self._filter
-        run = self.run
-        if kinds is None and run is None:
-            return events
-        out = []
-        for event in events:
-            if run is not None and event.run_id != run:
-                continue
-            if kinds is None or isinstance(event, kinds):
-                out.append(event)
-            if run is not None and type(event) is RunFinished:
-                self._done = True
-                break
-        return out
-
-    def _slow(self, why: str) -> SlowConsumer:
-        return SlowConsumer(
-            f"subscription to session {self.session!r} was cut: {why}; "
-            f"resume with after={self.last_id!r}",
-            last_id=self.last_id,
-        )
-
-    async def _fill(self) -> bool:
-        """Wait until the local buffer holds events; False when the subscription ended.
-
-        A batch is parked in the buffer *before* the checkpoint that follows taking it,
-        so a cancellation there (a heartbeat timeout, a cancelled consumer) loses
-        nothing: the next read returns it.
-        """
-        backend = self._backend
-        if backend is None:
-            backend = self._backend = current_backend()
-        while True:
-            batch = self._take(None)
-            if batch is None:
-                return False
-            if batch:
-                self._buf, self._buf_i = batch, 0
-                await checkpoint(backend)
-                return True
-            waiter = make_waiter(backend)
-            batch = self._take(waiter)
-            if batch is None:
-                return False
-            if batch:
-                # Data arrived between the two takes; the registration is harmless.
-                self._discard(waiter)
-                self._buf, self._buf_i = batch, 0
-                return True
-            await waiter.wait(functools.partial(self._discard, waiter))
-            if self._buf_i < len(self._buf):  # pragma: no cover - defensive
-                return True
-
-    def _discard(self, waiter: Waiter) -> None:
-        bus = self._bus
-        with bus._lock:
-            log = self._log
-            if log is not None:
-                log.waiters = [w for w in log.waiters if w[1] is not waiter]
-
-    def take_nowait(self) -> list[E_co]:
-        """Everything available now (possibly nothing), without waiting.
-
-        Raises ``SlowConsumer`` if the subscription was cut. For consumers that poll
-        from a thread, and for tests.
-        """
-        out: list[Any] = []
-        if self._buf_i < len(self._buf):
-            out = self._buf[self._buf_i :]
-            self._buf, self._buf_i = [], 0
-        more = self._take(None)
-        if more:
-            out.extend(more)
-        if out:
-            self.last_id = out[-1].id
-        return out
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> E_co:
-        i = self._buf_i
-        if i >= len(self._buf):
-            if not await self._fill():
-                raise StopAsyncIteration
-            i = 0
-        event = self._buf[i]
-        self._buf_i = i + 1
-        self.last_id = event.id
-        return event  # type: ignore[no-any-return]
-
-    def batches(self) -> AsyncIterator[list[E_co]]:
-        """Iterate lists of events: everything available at each wake-up (transports
-        write one list with one send)."""
-        return _Batches(self)
-
-
-class _Batches(Generic[E_co]):
-    __slots__ = ("_sub",)
-
-    def __init__(self, sub: Subscription[E_co]) -> None:
-        self._sub = sub
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> list[E_co]:
-        sub = self._sub
-        if sub._buf_i >= len(sub._buf) and not await sub._fill():
-            raise StopAsyncIteration
-        batch = sub._buf[sub._buf_i :]
-        sub._buf, sub._buf_i = [], 0
-        sub.last_id = batch[-1].id
-        return batch

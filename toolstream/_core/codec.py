@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias, Union, cast
 
 import attrs
 
+from .codegen import compile_functions
 from .errors import EventDecodeError
 from .events import (
     EVENT_CLASSES,
@@ -113,7 +114,6 @@ def _encode_record(record: object) -> dict[str, object]:
     return out
 
 
-_ENVELOPE = ("id", "session", "ts", "run_id", "call_id", "tool", "parent_call_id")
 _ENCODERS: dict[type, Callable[[Event], dict[str, Any]]] = {}
 _PLAIN_TYPES = frozenset({str, float, int, bool, dict, list})
 
@@ -131,10 +131,12 @@ def _compile_encoder(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
         lines.append(
             f"    if v is not None: out[{f.name!r}] = v if type(v) in plain else convert(v)"
         )
-    lines.append("    return out")
+    lines += ["    return out", ""]
     namespace: dict[str, Any] = {"plain": _PLAIN_TYPES, "convert": _plain}
-    exec("\n".join(lines), namespace)  # generated from the class's own field names
-    return cast("Callable[[Event], dict[str, Any]]", namespace["encode"])
+    (encode,) = compile_functions(
+        "\n".join(lines), namespace, what=f"to_dict for {cls.__qualname__}", names=("encode",)
+    )
+    return cast("Callable[[Event], dict[str, Any]]", encode)
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -253,7 +255,7 @@ def _base_decoder(tp: object) -> _Decoder:
         values = {m.value for m in enum_cls}
 
         def decode_enum(value: object, path: _Path) -> object:
-            if value not in values:
+            if not isinstance(value, str) or value not in values:
                 raise _fail(path, f"one of {sorted(values)}", value)
             return enum_cls(value)
 
@@ -263,7 +265,7 @@ def _base_decoder(tp: object) -> _Decoder:
         allowed = typing.get_args(tp)
 
         def decode_literal(value: object, path: _Path) -> object:
-            if value not in allowed:
+            if not isinstance(value, str) or value not in allowed:
                 raise _fail(path, f"one of {list(allowed)}", value)
             return value
 
@@ -339,7 +341,10 @@ def from_dict(data: Mapping[str, Any]) -> Event:
     cls = EVENT_CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise EventDecodeError(f"type: unknown event type {kind!r}")
-    decoded = _record_decoder(cls)(dict(data), cls.type)
+    try:
+        decoded = _record_decoder(cls)(dict(data), cls.type)
+    except RecursionError:
+        raise EventDecodeError(f"{cls.type}: nested too deeply") from None
     assert isinstance(decoded, Event)
     return decoded
 

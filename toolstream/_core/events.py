@@ -123,6 +123,8 @@ class ToolReady(Event):
     #: False when the input text was not valid JSON; ``args`` then holds the text.
     args_valid: bool = True
     summary: str | None = None
+    #: The call's title, when this is the call's first event.
+    title: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -132,6 +134,8 @@ class ToolQueued(Event):
     type: ClassVar[str] = "tool.queued"
     batch_id: str | None = None
     position: int | None = None
+    #: The call's title, when this is the call's first event.
+    title: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -142,6 +146,8 @@ class ToolStarted(Event):
     #: The input, when no earlier event of the call carried it.
     args: JSONValue = None
     summary: str | None = None
+    #: The call's title, when this is the call's first event.
+    title: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -340,3 +346,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 EVENT_CLASSES: Mapping[str, type[Event]] = {cls.type: cls for cls in EVENT_TYPES}
 
 TERMINAL_EVENTS: tuple[type[Event], ...] = (ToolCompleted, ToolFailed, ToolCancelled)
+
+#: The identifier fields of the envelope (besides ``id`` and ``ts``, which the bus
+#: assigns), in the order the classes declare them.
+ENVELOPE: tuple[str, ...] = ("session", "run_id", "call_id", "tool", "parent_call_id")
+
+#: The events that only add to a call in progress (text, progress, partial output): a
+#: slow subscriber may have them merged (coalescing), and a broker's outbox may drop
+#: them during an outage. Run and lifecycle events are never merged or dropped.
+DELTA_EVENTS: frozenset[type[Event]] = frozenset(
+    {ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial}
+)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
-__all__ = ["ENCODER", "dumpb", "dumps"]
+__all__ = ["ENCODER", "dumpb", "dumps", "is_utf8", "safe_text"]
 
 try:
     if os.environ.get("TOOLSTREAM_JSON", "").lower() == "stdlib":
@@ -22,11 +23,38 @@ except ImportError:
 #: Which encoder :func:`dumps` uses: ``"orjson"`` or ``"json"``.
 ENCODER = "json" if _orjson is None else "orjson"
 
-_std = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_std_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"
+
+
+def is_utf8(text: str) -> bool:
+    """True when ``text`` can be encoded as UTF-8: it holds no lone surrogate (what
+    ``os.fsdecode`` makes of an undecodable file name, or JSON's ``"\\ud800"``)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so it can go on the wire."""
+    return text if is_utf8(text) else _SURROGATE.sub(_REPLACEMENT, text)
+
+
+def _std(value: Any) -> str:
+    # A lone surrogate in a string reaches the JSON text as it is (ensure_ascii=False)
+    # and could not be encoded for the wire: it becomes U+FFFD. (The payload policy
+    # already replaced those in what trackers publish; this covers bus.publish callers.)
+    return safe_text(_std_encode(value))
 
 
 def dumps(value: Any) -> str:
-    """``value`` as compact JSON text, non-ASCII characters kept as they are."""
+    """``value`` as compact JSON text, non-ASCII characters kept as they are; the text
+    always encodes as UTF-8."""
     if _orjson is not None:
         try:
             return _orjson.dumps(value).decode()
@@ -42,4 +70,4 @@ def dumpb(value: Any) -> bytes:
             return _orjson.dumps(value)
         except TypeError:
             pass
-    return _std(value).encode("utf-8", "surrogatepass")
+    return _std(value).encode("utf-8")

@@ -12,7 +12,17 @@ from .events import ErrorInfo, JSONValue
 
 logger = logging.getLogger("toolstream.summaries")
 
-__all__ = ["CallInfo", "Summaries", "Summarizer"]
+__all__ = [
+    "CANCELLED",
+    "ERROR",
+    "RESULT",
+    "START",
+    "CallInfo",
+    "Summaries",
+    "Summarizer",
+    "SummaryKind",
+    "summarize",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -225,3 +235,48 @@ class Summaries:
                 exc_info=True,
             )
             return None
+
+
+# -- asking a summarizer -----------------------------------------------------------------
+
+
+@attrs.frozen
+class SummaryKind:
+    """One kind of summary: the summarizer method that writes it, and the generic
+    sentence used when the summarizer has no such method or raises."""
+
+    method: str
+    generic: Callable[[CallInfo, Any], str]
+
+    def ask(self, summarizer: object, call: CallInfo, detail: Any) -> object:
+        """The summarizer's sentence (its generic one when it lacks the method)."""
+        method = getattr(summarizer, self.method, None)
+        if not callable(method):
+            return self.generic(call, detail)
+        return method(call) if self is START else method(call, detail)
+
+
+START = SummaryKind("start", lambda call, _: Summaries.generic_start(call))
+RESULT = SummaryKind("result", Summaries.generic_result)
+ERROR = SummaryKind("error", Summaries.generic_error)
+#: ``cancelled`` is not part of the Summarizer protocol: the generic sentence without it.
+CANCELLED = SummaryKind("cancelled", Summaries.generic_cancelled)
+
+
+def summarize(summarizer: object, kind: SummaryKind, call: CallInfo, detail: Any) -> str | None:
+    """``kind``'s sentence for ``call`` from ``summarizer``. A summarizer that raises never
+    breaks the call: the generic sentence is used and the failure logged."""
+    try:
+        text = kind.ask(summarizer, call, detail)
+    except Exception:
+        logger.warning(
+            "summarizer %r failed for %s of %r; using the generic text",
+            summarizer,
+            kind.method,
+            call.tool,
+            exc_info=True,
+        )
+        text = kind.generic(call, detail)
+    if text is None or isinstance(text, str):
+        return text
+    return str(text)

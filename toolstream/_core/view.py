@@ -31,8 +31,9 @@ from .events import (
     ToolReady,
     ToolStarted,
 )
+from .ids import compare_ids
 
-__all__ = ["LiveView", "parse_event_id"]
+__all__ = ["LiveView"]
 
 _ORDER = {
     CallState.CREATED: 0,
@@ -46,29 +47,6 @@ _ORDER = {
 }
 
 _FIELDS = tuple(a.name for a in CallSnapshot.__attrs_attrs__)
-
-
-def parse_event_id(event_id: str) -> tuple[str, int]:
-    """Split an ``"<epoch>-<seq>"`` id; ``ValueError`` if it is not one."""
-    if not isinstance(event_id, str):
-        raise ValueError(f"an event id is a string, not {type(event_id).__name__}")
-    epoch, sep, seq = event_id.rpartition("-")
-    if not sep or not epoch or not seq.isdigit() or len(seq) > 20:
-        raise ValueError(f"not an event id: {event_id[:80]!r}")
-    return epoch, int(seq)
-
-
-def compare_ids(a: str, b: str) -> int:
-    """-1, 0 or 1 as event id ``a`` is before, equal to or after ``b``.
-
-    ``ValueError`` for ids of different epochs (another bus, e.g. before a restart) or
-    strings that are not ids of this kind.
-    """
-    ea, sa = parse_event_id(a)
-    eb, sb = parse_event_id(b)
-    if ea != eb:
-        raise ValueError(f"ids of different epochs do not compare: {a!r}, {b!r}")
-    return (sa > sb) - (sa < sb)
 
 
 class _Call:
@@ -144,7 +122,11 @@ class _Call:
                 self.args_parts = ["".join(self.args_parts)]
             if len(self.output_parts) > 1:
                 self.output_parts = ["".join(self.output_parts)]
-            self.args_text = self.args_parts[0] if self.args_parts else ""
+            args = self.args_parts[0] if self.args_parts else ""
+            if len(args) > max_text:  # keep the start of the input
+                args = args[:max_text]
+                self.args_parts = [args]
+            self.args_text = args
             out = self.output_parts[0] if self.output_parts else ""
             if len(out) > max_text:  # keep the newest output
                 out = out[-max_text:]
@@ -186,7 +168,11 @@ class LiveView:
     harmless), and a :class:`~toolstream.StreamReset` replaces the state: calls
     that were open and are missing from the reset become ``lost``. Finished
     calls are kept up to ``max_finished`` (oldest dropped first); streamed text
-    per call up to ``max_text`` characters.
+    per call up to ``max_text`` characters (the start of the input, the end of the
+    output).
+
+    ``check_replays=False`` is for a view fed every event exactly once, in order (a
+    bus's own): it skips the replay check, and :meth:`fold` takes its short path.
     """
 
     def __init__(
@@ -196,6 +182,7 @@ class LiveView:
         max_runs: int = 100,
         max_text: int = 64 * 1024,
         compare: Callable[[str, str], int] | None = None,
+        check_replays: bool = True,
     ) -> None:
         if max_finished < 0 or max_runs < 1 or max_text < 0:
             raise ValueError("max_finished, max_runs and max_text must be positive")
@@ -203,8 +190,7 @@ class LiveView:
         self.max_runs = max_runs
         self.max_text = max_text
         self._compare = compare or compare_ids
-        # The bus feeds its own views strictly in order: they skip the replay check.
-        self._check_replays = True
+        self._check_replays = check_replays
         self._calls: dict[str, _Call] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._runs: OrderedDict[str, RunSnapshot] = OrderedDict()
@@ -253,8 +239,8 @@ class LiveView:
             max_runs=self.max_runs,
             max_text=self.max_text,
             compare=self._compare,
+            check_replays=self._check_replays,
         )
-        new._check_replays = self._check_replays
         new._calls.update((k, rec.copy()) for k, rec in self._calls.items())
         new._finished.update(self._finished)
         new._runs.update(self._runs)
@@ -449,6 +435,7 @@ class LiveView:
             rec.title = event.title or rec.title
         elif cls is ToolReady:
             assert isinstance(event, ToolReady)
+            rec.title = event.title or rec.title
             if self._advance(rec, CallState.READY, event.ts):
                 rec.args = event.args
                 rec.args_valid = event.args_valid
@@ -458,9 +445,11 @@ class LiveView:
         elif cls is ToolQueued:
             assert isinstance(event, ToolQueued)
             rec.batch_id = event.batch_id or rec.batch_id
+            rec.title = event.title or rec.title
             self._advance(rec, CallState.QUEUED, event.ts)
         elif cls is ToolStarted:
             assert isinstance(event, ToolStarted)
+            rec.title = event.title or rec.title
             if self._advance(rec, CallState.RUNNING, event.ts):
                 if event.args is not None:
                     rec.args = event.args

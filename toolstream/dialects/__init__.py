@@ -11,12 +11,15 @@ are stateful per connection); configured ones are built directly (``AGUI(...)``)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from typing import Any
 
 from toolstream import DialectError, Subscription
 
-from ._base import BaseDialect, Cursor, Dialect, Encoder, Frame, WireMessage
+from ._base import BaseDialect, Cursor, Dialect, EncodedFrame, Encoder, WireMessage
+from ._pump import FrameFormat, Pump
 from .agui import AGUI
 from .ai_sdk import AISDK
 from .hermes import Hermes
@@ -30,8 +33,8 @@ __all__ = [
     "Cursor",
     "Dialect",
     "DialectSpec",
+    "EncodedFrame",
     "Encoder",
-    "Frame",
     "Hermes",
     "Native",
     "WireMessage",
@@ -80,11 +83,19 @@ async def render(subscription: Subscription[Any], dialect: Dialect) -> AsyncIter
     """The subscription's events as the dialect's messages, then its epilogue when the
     subscription ends: for hosts that interleave them with their own output (a
     chat-completions endpoint, an AG-UI ``HttpAgent`` endpoint)."""
-    for message in dialect.open():
-        yield message
-    async for batch in subscription.batches():
-        for event in batch:
-            for message in dialect.encode(event):
-                yield message
-    for message in dialect.close():
-        yield message
+    pump = Pump(subscription, Encoder(dialect), FrameFormat())
+    async with aclosing(pump.chunks()) as chunks:
+        async for chunk in chunks:
+            for frame in chunk or ():
+                yield frame.message
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Frame":
+        warnings.warn(
+            "toolstream.dialects.Frame is now EncodedFrame; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return EncodedFrame
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,9 +14,10 @@ __all__ = [
     "BaseDialect",
     "Cursor",
     "Dialect",
+    "EncodedFrame",
     "Encoder",
-    "Frame",
     "WireMessage",
+    "drop_none",
 ]
 
 
@@ -46,6 +47,9 @@ class Dialect(Protocol):
     name: str
     #: Extra HTTP headers (the content type stays the transport's).
     headers: Mapping[str, str]
+    #: True when one event always becomes the same messages, whatever came before:
+    #: transports then encode an event once for all their clients.
+    stateless: bool
 
     def open(self) -> list[WireMessage]:
         """The preamble of a connection (may be empty)."""
@@ -70,6 +74,7 @@ class BaseDialect:
 
     name = "custom"
     headers: Mapping[str, str] = {}
+    stateless = False
 
     def open(self) -> list[WireMessage]:
         """No preamble."""
@@ -116,8 +121,9 @@ class Cursor:
 
 
 @attrs.frozen
-class Frame:
-    """A message with the id a client resumes from."""
+class EncodedFrame:
+    """A message of a dialect with the id a client resumes from: what one SSE frame or
+    WebSocket ``event`` message carries."""
 
     id: str
     message: WireMessage
@@ -145,13 +151,15 @@ class Encoder:
         #: The id of the last frame produced (where a client would resume).
         self.last_id: str | None = None
 
-    def _frames(self, messages: list[WireMessage], event_id: str, *, reset: bool) -> list[Frame]:
+    def _frames(
+        self, messages: list[WireMessage], event_id: str, *, reset: bool
+    ) -> list[EncodedFrame]:
         n = len(messages)
         if n == 0:
             return []
         marker = "r" if reset else ""
         frames = [
-            Frame(event_id if k == n - 1 else f"{event_id}/{marker}{k}", m)
+            EncodedFrame(event_id if k == n - 1 else f"{event_id}/{marker}{k}", m)
             for k, m in enumerate(messages)
         ]
         for frame in frames:
@@ -159,12 +167,12 @@ class Encoder:
             _check_message(frame.message)
         return frames
 
-    def open(self) -> list[Frame]:
+    def open(self) -> list[EncodedFrame]:
         """The dialect's preamble."""
         messages = self.dialect.open()
-        return [Frame(self.last_id or "", m) for m in messages if _check_message(m)]
+        return [EncodedFrame(self.last_id or "", m) for m in messages if _check_message(m)]
 
-    def encode(self, event: Event) -> list[Frame]:
+    def encode(self, event: Event) -> list[EncodedFrame]:
         """The frames for one event."""
         frames = self._frames(
             self.dialect.encode(event), event.id, reset=isinstance(event, StreamReset)
@@ -177,9 +185,27 @@ class Encoder:
             self.last_id = frames[-1].id
         return frames
 
-    def close(self) -> list[Frame]:
+    def shares(self, event: Event) -> bool:
+        """Whether this connection's frames for ``event`` are the same as every other
+        connection's: a stateless dialect, an event every client gets whole (not a
+        reset, which is per subscription, nor the event whose first messages this
+        client already has)."""
+        return (
+            self.dialect.stateless
+            and self._skip_event is None
+            and not isinstance(event, StreamReset)
+        )
+
+    def passed(self, event: Event) -> None:
+        """``event`` was sent from encodings shared with other connections (it
+        ``shares``): the encoder moves past it as if it had encoded it."""
+        self.last_id = event.id
+
+    def close(self) -> list[EncodedFrame]:
         """The dialect's epilogue (frames carry the last id: nothing to resume into)."""
-        return [Frame(self.last_id or "", m) for m in self.dialect.close() if _check_message(m)]
+        return [
+            EncodedFrame(self.last_id or "", m) for m in self.dialect.close() if _check_message(m)
+        ]
 
 
 def _check_message(message: WireMessage) -> bool:
@@ -190,6 +216,6 @@ def _check_message(message: WireMessage) -> bool:
     return True
 
 
-def camel(data: Mapping[str, Any]) -> dict[str, Any]:
+def drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
     """A payload with ``None`` values dropped (wire formats that forbid nulls)."""
     return {k: v for k, v in data.items() if v is not None}

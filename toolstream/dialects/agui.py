@@ -26,7 +26,7 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import WireMessage, camel
+from ._base import WireMessage, drop_none
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AGUI"]
@@ -59,10 +59,10 @@ class AGUI(RunFramedDialect):
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
-        return WireMessage(payload=camel({"type": kind, **fields}))
+        return WireMessage(payload=drop_none({"type": kind, **fields}))
 
     def _custom(self, name: str, value: dict[str, Any]) -> WireMessage:
-        return self._msg("CUSTOM", name=f"{self.custom_prefix}.{name}", value=camel(value))
+        return self._msg("CUSTOM", name=f"{self.custom_prefix}.{name}", value=drop_none(value))
 
     def _run_started(self, run_id: str) -> WireMessage:
         return self._msg("RUN_STARTED", threadId=self._frame.thread, runId=run_id)
@@ -224,7 +224,7 @@ class AGUI(RunFramedDialect):
                     "tool.failed",
                     {
                         "toolCallId": call.call_id,
-                        "error": camel(
+                        "error": drop_none(
                             {
                                 "type": event.error.type,
                                 "message": event.error.message,

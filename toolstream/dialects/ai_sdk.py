@@ -25,7 +25,7 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import WireMessage, camel
+from ._base import WireMessage, drop_none
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AISDK"]
@@ -55,10 +55,10 @@ class AISDK(RunFramedDialect):
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
-        return WireMessage(payload=camel({"type": kind, **fields}))
+        return WireMessage(payload=drop_none({"type": kind, **fields}))
 
     def _data(self, name: str, call_id: str, data: dict[str, Any]) -> WireMessage:
-        return self._msg(f"data-{name}", id=call_id, data=camel(data), transient=True)
+        return self._msg(f"data-{name}", id=call_id, data=drop_none(data), transient=True)
 
     # -- runs ---------------------------------------------------------------------------
 

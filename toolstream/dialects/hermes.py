@@ -20,7 +20,7 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import BaseDialect, WireMessage, camel
+from ._base import BaseDialect, WireMessage, drop_none
 
 __all__ = ["Hermes"]
 
@@ -49,7 +49,7 @@ class Hermes(BaseDialect):
     def _message(
         self, call_id: str, tool: str, status: str, label: str, **extra: object
     ) -> WireMessage:
-        payload = camel(
+        payload = drop_none(
             {"toolCallId": call_id, "tool": tool, "status": status, "label": label, **extra}
         )
         return WireMessage(event=EVENT, payload=payload)

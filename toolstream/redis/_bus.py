@@ -3,9 +3,9 @@
 Publishing appends to a local outbox and returns at once; a flusher task writes the
 outbox to Redis in pipelined, idempotent batches (one Lua script call each). A
 subscription reads its session's stream with blocking XREAD on a connection of its
-own, into a private log that the in-memory :class:`~toolstream.Subscription`
-machinery serves (filters, coalescing, cut-on-slow, batches), so both buses behave
-the same to a consumer.
+own, into a private log that the shared subscription machinery serves (filters,
+coalescing, cut-on-slow, batches: :mod:`toolstream._core.broker`), so both buses
+behave the same to a consumer.
 """
 
 from __future__ import annotations
@@ -18,45 +18,42 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 from typing_extensions import Self
 
+from toolstream._core.broker import BrokerStart, FedSubscription, retry_until, stop_task
 from toolstream._core.build import prepare
-from toolstream._core.bus import (
-    BusStats,
-    Overflow,
-    Subscription,
-    _Host,
-    _Log,
-    check_subscribe,
-    wake_all,
-)
 from toolstream._core.codec import from_dict, to_dict
 from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
 from toolstream._core.events import (
+    DELTA_EVENTS,
     Event,
     RunFinished,
     RunStarted,
     Snapshot,
     StreamReset,
-    ToolArgsDelta,
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
     ToolFailed,
-    ToolOutputDelta,
-    ToolOutputPartial,
-    ToolProgress,
     ToolQueued,
     ToolReady,
     ToolStarted,
 )
+from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
-from toolstream._core.view import LiveView, compare_ids, parse_event_id
+from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
+from toolstream._core.subscription import (
+    FeederStats,
+    Overflow,
+    Retained,
+    StartRequest,
+    check_subscribe,
+)
+from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
 
@@ -91,8 +88,6 @@ _KINDS: dict[type, str] = {
     RunStarted: "r",
     RunFinished: "f",
 }
-#: What the outbox may drop while Redis is away and the outbox is full.
-_DROPPABLE = frozenset({ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial})
 
 #: ``"drop-deltas"``: when the outbox is full, new progress, partial-output and text-delta
 #: events are dropped; lifecycle events are kept up to twice the limit, past which the
@@ -110,11 +105,6 @@ def _entry_seq(entry: str) -> int:
 
 def _seq_entry(seq: int) -> str:
     return f"{seq // _SCALE}-{seq % _SCALE}"
-
-
-def _event_seq(event: Event) -> int:
-    """The number in an event's ``"<epoch>-<number>"`` id."""
-    return int(event.id.rpartition("-")[2])
 
 
 def _redact(url: str) -> str:
@@ -181,6 +171,15 @@ class _State:
             view.apply(event)
         return view
 
+    def retained(self) -> Retained:
+        """What a subscription starts from."""
+        return Retained(
+            [event for _, event in self.events],
+            [seq for seq, _ in self.events],
+            self.base,
+            self.floor,
+        )
+
 
 class RedisBus:
     """A :class:`~toolstream.Bus` on Redis Streams: every process using the same Redis
@@ -197,6 +196,7 @@ class RedisBus:
     - ``reap``: whether this process closes the calls of lost writers (any process can).
     - ``connect_timeout``: how long construction and a subscription's first read may
       wait for Redis before :class:`~toolstream.BusUnavailable`.
+    - ``reset_bytes``: the most a ``stream.reset`` holds (as on ``EventBus``).
 
     Construction talks to Redis once (synchronously) to learn the keyspace's epoch.
     Runs on asyncio only. Use as ``async with RedisBus(url) as bus:`` (or ``await
@@ -218,6 +218,7 @@ class RedisBus:
         batch: int = 512,
         clock: Any = time.time,
         max_finished: int = 500,
+        reset_bytes: int = DEFAULT_RESET_BYTES,
     ) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
@@ -249,6 +250,7 @@ class RedisBus:
         self.batch = batch
         self._clock = clock
         self._max_finished = max_finished
+        self.reset_bytes = reset_bytes
         #: This process's writer token: its lease and open calls are filed under it.
         self.token = secrets.token_hex(8)
         options: dict[str, Any] = {
@@ -278,7 +280,7 @@ class RedisBus:
         self._settled = 0  # events that left the outbox (written, or dropped)
         self._published = 0
         self._stats = RedisBusStats()
-        self._sub_stats = BusStats()
+        self._sub_stats = FeederStats()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -401,7 +403,7 @@ class RedisBus:
         for sub in subs:
             await sub.aclose()
         for task in self._tasks:
-            await _stop(task)
+            await stop_task(task)
         self._tasks = []
         if self._registered:
             try:
@@ -449,7 +451,7 @@ class RedisBus:
     def _overflow(self, newest: Event) -> None:
         """The outbox is over its limit (Redis away): apply ``outbox_overflow``."""
         outbox = self._outbox
-        if self.outbox_overflow == "drop-deltas" and type(newest) in _DROPPABLE:
+        if self.outbox_overflow == "drop-deltas" and type(newest) in DELTA_EVENTS:
             outbox.pop()
             dropped = 1
         elif self.outbox_overflow == "drop-deltas" and len(outbox) <= 2 * self.outbox_limit:
@@ -572,7 +574,7 @@ class RedisBus:
                 args += ("S", session)
             data = to_dict(ev)
             del data["id"]
-            entry = _seq_entry(_event_seq(ev))
+            entry = _seq_entry(event_seq(ev.id))
             blob = dumps(data)
             kind = kinds.get(type(ev))
             if kind is None:
@@ -616,7 +618,7 @@ class RedisBus:
                 marks = self._marks[session] = ([0], deque())
             count = marks[0][0] = marks[0][0] + 1
             if count % step == 0:
-                marks[1].append((count, _seq_entry(_event_seq(ev))))
+                marks[1].append((count, _seq_entry(event_seq(ev.id))))
             while marks[1] and count - marks[1][0][0] >= self.replay:
                 due[session] = marks[1].popleft()[1]
         for session, entry in due.items():
@@ -628,7 +630,7 @@ class RedisBus:
     async def _checkpoint(self, session: str, entry: str) -> None:
         state = await self._read_state(session, upto=entry)
         reset = StreamReset(
-            id=f"{state.epoch}-{_entry_seq(entry)}",
+            id=make_id(state.epoch, _entry_seq(entry)),
             session=session,
             ts=self._clock(),
             snapshot=state.folded().snapshot(),
@@ -750,9 +752,9 @@ class RedisBus:
         with self._lock:
             pending = [ev for ev in self._outbox if ev.session == session]
         for ev in pending:  # written meanwhile or not: apply what Redis did not show
-            if _event_seq(ev) > top:
+            if event_seq(ev.id) > top:
                 view.apply(ev)
-        return view.snapshot(run_id=run)
+        return bound_snapshot(view.snapshot(run_id=run), self.reset_bytes)
 
     def _reader(self) -> aredis.Redis:
         """A client with one connection of its own, for one subscription's blocking reads."""
@@ -767,9 +769,6 @@ class RedisBus:
         snapshot: bool = False,
         buffer: int = 1024,
         overflow: Overflow = "coalesce",
-        with_state: bool = False,
-        inclusive: bool = False,
-        with_history: bool = False,
     ) -> RedisSubscription[Any]:
         """Subscribe to one session's events, as :meth:`toolstream.EventBus.subscribe`.
 
@@ -778,7 +777,36 @@ class RedisBus:
         in Redis, so a process reads its own writes. ``session`` is required: each
         session is its own Redis stream.
         """
-        check_subscribe(types, session, run, after, snapshot, inclusive, buffer, overflow)
+        check_subscribe(types, session, run, after, snapshot, buffer, overflow)
+        request = StartRequest(after=after, snapshot=snapshot, run=run)
+        return self._open(types, session, request, buffer, overflow)
+
+    def resume(
+        self,
+        *types: type[Event],
+        session: str,
+        after: str,
+        at: bool = False,
+        run: str | None = None,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+    ) -> RedisSubscription[Any]:
+        """Continue a client exactly where it was, as :meth:`toolstream.EventBus.resume`
+        (``sub.origin`` is final once ``await sub.prepare()`` returned)."""
+        if not isinstance(after, str) or not after:
+            raise ValueError(f"after must be a non-empty string, got {after!r}")
+        check_subscribe(types, session, run, after, False, buffer, overflow)
+        request = StartRequest(after=after, at=at, run=run, resume=True)
+        return self._open(types, session, request, buffer, overflow)
+
+    def _open(
+        self,
+        types: tuple[type[Event], ...],
+        session: str | None,
+        request: StartRequest,
+        buffer: int,
+        overflow: Overflow,
+    ) -> RedisSubscription[Any]:
         if session is None:
             raise ValueError(
                 "RedisBus subscriptions need session=: each session is one Redis stream "
@@ -792,19 +820,7 @@ class RedisBus:
             since = max(self._last, int(self._clock() * 1000) * _SCALE - 1)
             barrier = self._published
         sub: RedisSubscription[Any] = RedisSubscription(
-            self,
-            types,
-            session,
-            run,
-            buffer,
-            overflow,
-            after=after,
-            snapshot=snapshot,
-            inclusive=inclusive,
-            with_state=with_state,
-            with_history=with_history,
-            since=since,
-            barrier=barrier,
+            self, types, session, buffer, overflow, request=request, since=since, barrier=barrier
         )
         self._subs.add(sub)
         return sub
@@ -814,7 +830,7 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-class RedisSubscription(Subscription[E_co]):
+class RedisSubscription(FedSubscription[E_co]):
     """A :class:`~toolstream.Subscription` fed by blocking XREADs on a connection of its
     own. It survives Redis restarts (reconnecting, continuing from its cursor) and
     releases its connection when closed or cut."""
@@ -824,153 +840,53 @@ class RedisSubscription(Subscription[E_co]):
         bus: RedisBus,
         types: Sequence[type[Event]],
         session: str,
-        run: str | None,
         buffer: int,
         overflow: Overflow,
         *,
-        after: str | None,
-        snapshot: bool,
-        inclusive: bool,
-        with_state: bool,
-        with_history: bool,
+        request: StartRequest,
         since: int,
         barrier: int,
     ) -> None:
-        host = _Host()
-        host._stats = bus._sub_stats
-        super().__init__(host, types, session, run, buffer, overflow)
+        super().__init__(
+            types,
+            session,
+            request.run,
+            buffer,
+            overflow,
+            request=request,
+            stats=bus._sub_stats,
+            reset_bytes=bus.reset_bytes,
+            clock=bus._clock,
+        )
         self._rbus = bus
-        self._host = host
-        self._log = _Log(session, 0, None)
-        self._after = after
-        self._snapshot = snapshot
-        self._inclusive = inclusive
-        self._with_state = with_state
-        self._with_history = with_history
         self._since = since
         self._barrier = barrier
-        self._prepared = False
-        self._prep_lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._task_loop: asyncio.AbstractEventLoop | None = None
         self._entry = "0-0"
         self._epoch = bus.epoch
         #: Reconnections to Redis this subscription made (a restart, a dropped link).
         self.reconnects = 0
 
-    # -- starting ----------------------------------------------------------------------
-
-    async def prepare(self) -> None:
-        """Read where the subscription starts from Redis (its reset, ``state``,
-        ``history``) and start its reader. ``BusUnavailable`` if Redis cannot be
-        reached within the bus's ``connect_timeout``."""
-        if self._prepared:
-            return
-        async with self._prep_lock:
-            if self._prepared or self.closed:
-                return
-            bus = self._rbus
-            deadline = time.monotonic() + bus.connect_timeout
-            try:
-                await bus._settle(self._barrier, deadline)
-            except TimeoutError:
-                pass  # Redis is away: the read below says so
-            delay = 0.05
-            while True:
-                try:
-                    state = await bus._read_state(self.session or "")
-                    break
-                except _RETRYABLE as exc:
-                    if time.monotonic() + delay > deadline:
-                        raise BusUnavailable(
-                            f"cannot reach Redis at {_redact(bus.url)}: {exc}"
-                        ) from exc
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-            self._start(state)
-            self._prepared = True
-            loop = asyncio.get_running_loop()
-            self._task_loop = loop
-            if not self.closed:
-                self._task = loop.create_task(self._read_loop(), name="toolstream-redis-reader")
-
-    def _start(self, st: _State) -> None:
+    async def _read_start(self) -> BrokerStart:
         bus = self._rbus
-        run = self.run
-        epoch = st.epoch
-        self._epoch = epoch
-        events = st.events
-        after = self._after
-        cursor: int | None = None
-        if after is not None:
-            cursor = self._cursor_for(after, st)
-        live_from = min(st.last, self._since)
-        need_reset = self._snapshot or (after is not None and cursor is None)
-        if cursor is None:
-            cursor = live_from
-        k = next((i for i, (seq, _) in enumerate(events) if seq > cursor), len(events))
-        head, tail = events[:k], [ev for _, ev in events[k:]]
-        view = st.base.copy() if (self._with_history or need_reset or run) else st.base
-        if self._with_history and not need_reset:
-            self.history_state = st.base.snapshot(run_id=run)
-            self.history = [ev for _, ev in head]
-        for _, ev in head:
-            view.apply(ev)
-        done = False
-        if run is not None:
-            end = view.copy()
-            for ev in tail:
-                end.apply(ev)
-            info = end.runs.get(run)
-            if info is not None and info.state != "running":
-                ends_after = any(type(e) is RunFinished and e.run_id == run for e in tail)
-                if need_reset or not ends_after:
-                    need_reset, done, view = True, True, end
-        reset: StreamReset | None = None
-        if need_reset:
-            if after is not None:
-                bus._stats.resets += 1
-            position = st.last if done else cursor
-            reset = StreamReset(
-                id=f"{epoch}-{position}",
-                session=self.session or "",
-                ts=bus._clock(),
-                run_id=run,
-                snapshot=view.snapshot(run_id=run),
-            )
-        with self._host._lock:
-            if reset is not None:
-                self._pending = [reset]
-                self.starts_with_reset = True
-                self._done = done
-            if reset is not None:
-                self.start_after = reset.id
-            elif after is not None:
-                self.start_after = after
-            else:
-                self.start_after = f"{epoch}-{cursor}"
-            if self._with_state:
-                self.state = reset.snapshot if reset is not None else view.snapshot(run_id=run)
-            if not done:
-                log = self._log
-                assert log is not None
-                log.events.extend(tail)
-                if after is not None and reset is None:
-                    self._replay_end = len(tail)
-            self._entry = _seq_entry(st.last)
-
-    def _cursor_for(self, after: str, st: _State) -> int | None:
+        deadline = time.monotonic() + bus.connect_timeout
         try:
-            epoch, seq = parse_event_id(after)
-        except ValueError:
-            return None
-        if epoch != st.epoch or seq > st.last:
-            return None
-        if self._inclusive:
-            return seq - 1 if seq > st.floor else None
-        return seq if seq >= st.floor else None
-
-    # -- reading -----------------------------------------------------------------------
+            await bus._settle(self._barrier, deadline)
+        except TimeoutError:
+            pass  # Redis is away: the read below says so
+        state = await retry_until(
+            lambda: bus._read_state(self.session or ""),
+            _RETRYABLE,
+            deadline,
+            f"Redis at {_redact(bus.url)}",
+        )
+        self._epoch = state.epoch
+        self._entry = _seq_entry(state.last)
+        return BrokerStart(
+            epoch=state.epoch,
+            retained=state.retained(),
+            live_seq=min(state.last, self._since),
+            last_seq=state.last,
+        )
 
     async def _read_loop(self) -> None:
         """Read the stream after the cursor, in batches, with one atomic script call
@@ -1017,9 +933,8 @@ class RedisSubscription(Subscription[E_co]):
                 if not entries:
                     continue
                 events = []
-                epoch_now = self._epoch
                 for entry, fields in entries:
-                    ev = bus._decode(epoch_now, entry, fields)
+                    ev = bus._decode(self._epoch, entry, fields)
                     if ev is not None:
                         events.append(ev)
                 self._entry = entries[-1][0]
@@ -1036,117 +951,21 @@ class RedisSubscription(Subscription[E_co]):
         state = await bus._read_state(self.session or "")
         top = state.last
         reset = StreamReset(
-            id=f"{state.epoch}-{top}",
+            id=make_id(state.epoch, top),
             session=self.session or "",
             ts=bus._clock(),
             run_id=self.run,
-            snapshot=state.folded().snapshot(run_id=self.run),
+            snapshot=bound_snapshot(state.folded().snapshot(run_id=self.run), bus.reset_bytes),
         )
         bus._stats.resets += 1
         self._epoch = state.epoch
         self._entry = _seq_entry(top)
-        with self._host._lock:
-            self._pending.append(reset)
-            wakes = self._take_waiters()
-        wake_all(wakes)
-
-    def _take_waiters(self) -> list[tuple[Subscription[Any], Any]]:
-        log = self._log
-        assert log is not None
-        wakes = log.waiters
-        log.waiters = []
-        if self._host._wakes:
-            wakes = wakes + self._host._wakes
-            self._host._wakes = []
-        return wakes
-
-    def _append(self, events: list[Event]) -> bool:
-        """Add events read from Redis; False when the subscription stops reading (cut,
-        closed)."""
-        log = self._log
-        assert log is not None
-        host = self._host
-        with host._lock:
-            if self.closed:
-                return False
-            done = self._cursor - log.base
-            if done > 0:  # drop what the consumer already took
-                del log.events[:done]
-                log.base = self._cursor
-            log.events.extend(events)
-            over = log.end - max(self._cursor, self._replay_end) > self._limit
-            if over:
-                host._cut(self, log)
-            wakes = self._take_waiters()
-        wake_all(wakes)
-        return not over
-
-    def _cut_now(self, why: str) -> None:
-        log = self._log
-        assert log is not None
-        with self._host._lock:
-            self._host._cut(self, log)
-            wakes = self._take_waiters()
-        wake_all(wakes)
-        logger.info("subscription to %s cut: %s", self.session, why)
-
-    async def _fill(self) -> bool:
-        if not self._prepared:
-            await self.prepare()
-        return await super()._fill()
-
-    # -- closing -----------------------------------------------------------------------
+        self._push_reset(reset)
 
     def close(self) -> None:
         """Release the subscription: its reader stops and its connection closes."""
         super().close()
         self._rbus._subs.discard(self)
-        task, loop = self._task, self._task_loop
-        if task is not None and loop is not None and not task.done():
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                _cancel_until_done(task, loop)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_cancel_until_done, task, loop)
-
-    async def aclose(self) -> None:
-        """Release the subscription and wait until its connection is closed."""
-        self.close()
-        task = self._task
-        if task is not None and self._task_loop is asyncio.get_running_loop():
-            await _stop(task)
-            if not task.cancelled() and task.exception() is not None:
-                logger.error("subscription reader failed: %r", task.exception())
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-# Python 3.10/3.11's ``wait_for`` (inside redis-py's send) can swallow a cancellation
-# that lands as a write completes, which would leave a task blocked in XREAD for
-# seconds: both ways of stopping a task cancel it again until it has ended.
-
-
-def _cancel_until_done(task: asyncio.Task[None], loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel ``task`` now and every 50 ms until it ends (without waiting for it)."""
-    if not task.done():
-        task.cancel()
-        loop.call_later(0.05, _cancel_until_done, task, loop)
-
-
-async def _stop(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` until it ends, and wait for that."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.05)
 
 
 async def _close_quietly(client: aredis.Redis) -> None:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
 
 from toolstream import (
     Bus,
+    BusClosed,
     BusUnavailable,
     DialectError,
     Event,
     SlowConsumer,
-    StreamReset,
     Subscription,
 )
 from toolstream._core.codec import to_dict
@@ -23,30 +24,29 @@ from toolstream._core.jsonenc import dumpb, dumps
 from toolstream._serving import (
     Authorize,
     Dialects,
-    Stream,
+    OpenStreams,
+    Receive,
+    Scope,
+    Send,
     authenticate,
-    loop_caller,
+    lifespan,
     may_read,
-    open_stream,
+    open_pump,
     request_info,
+    valid_session,
     watch_server_exit,
 )
-from toolstream.dialects import Dialect, DialectSpec, Encoder, Frame
-from toolstream.dialects.native import Native
+from toolstream.dialects import Dialect, DialectSpec, EncodedFrame, Encoder
+from toolstream.dialects._pump import FrameCache, Pump
 
 logger = logging.getLogger("toolstream.sse")
 
 __all__ = ["SSEApp", "encode_frame", "frames"]
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
 _PING = b": ping\n\n"
-_SHARED_FRAMES = 4096
 
 
-def encode_frame(frame: Frame) -> bytes:
+def encode_frame(frame: EncodedFrame) -> bytes:
     """One SSE frame: ``event:`` (if any), ``id:``, one ``data:`` line, a blank line.
 
     The data is JSON on one line (JSON escapes every CR and LF inside strings), so no
@@ -61,55 +61,53 @@ def encode_frame(frame: Frame) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
-def native_frame(event: Event) -> bytes:
-    """What ``Encoder(Native())`` and :func:`encode_frame` give for one event, without
-    their per-event objects: the type is a class constant and the id the bus's (neither
-    holds CR or LF), and the JSON is on one line."""
-    return b"".join(
-        (
-            b"event: ",
-            event.type.encode(),
-            b"\nid: ",
-            event.id.encode(),
-            b"\ndata: ",
-            dumpb(to_dict(event)),
-            b"\n\n",
+class SSEFormat:
+    """Frames as SSE bytes."""
+
+    def frame(self, frame: EncodedFrame) -> bytes:
+        """One frame (see :func:`encode_frame`)."""
+        return encode_frame(frame)
+
+    def native(self, event: Event) -> bytes:
+        """What ``Encoder(Native())`` and :func:`encode_frame` give for one event, without
+        their per-event objects: the type is a class constant and the id the bus's
+        (neither holds CR or LF), and the JSON is on one line."""
+        return b"".join(
+            (
+                b"event: ",
+                event.type.encode(),
+                b"\nid: ",
+                event.id.encode(),
+                b"\ndata: ",
+                dumpb(to_dict(event)),
+                b"\n\n",
+            )
         )
-    )
+
+
+_SSE = SSEFormat()
 
 
 async def frames(
     subscription: Subscription[Any],
     dialect: Dialect,
     *,
-    heartbeat: float | None = None,
-    retry_ms: int | None = None,
+    heartbeat: float | None = 15.0,
+    retry_ms: int | None = 3000,
 ) -> AsyncIterator[bytes]:
     """The subscription as encoded SSE bytes, one chunk per batch of events, for
-    frameworks that prefer their own streaming response class. Ends (with the
-    dialect's epilogue) when the subscription does."""
-    encoder = Encoder(dialect)
-    head = b"" if retry_ms is None else f"retry: {retry_ms}\n\n".encode()
-    head += b"".join(encode_frame(f) for f in encoder.open())
-    if head:
-        yield head
-    batches = subscription.batches()
-    while True:
-        batch: list[Any] | None = None
-        with anyio.move_on_after(heartbeat if heartbeat is not None else float("inf")):
-            try:
-                batch = await batches.__anext__()
-            except StopAsyncIteration:
-                break
-        if batch is None:
-            yield _PING
-            continue
-        chunk = b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
-        if chunk:
-            yield chunk
-    tail = b"".join(encode_frame(f) for f in encoder.close())
-    if tail:
-        yield tail
+    frameworks that prefer their own streaming response class: a ``retry:`` hint
+    first, a ``: ping`` comment after ``heartbeat`` idle seconds (None: never), and the
+    dialect's epilogue when the subscription ends."""
+    pump: Pump[bytes] = Pump(subscription, Encoder(dialect), _SSE)
+    retry = b"" if retry_ms is None else f"retry: {retry_ms}\n".encode()
+    async with aclosing(pump.chunks(heartbeat)) as chunks:
+        async for chunk in chunks:
+            if chunk is None:
+                yield _PING
+                continue
+            yield retry + b"".join(chunk)
+            retry = b""
 
 
 class SSEApp:
@@ -152,12 +150,10 @@ class SSEApp:
         self.session_from = session_from
         self.buffer = buffer
         self._dialects = Dialects(dialect, dialects)
-        # Encoded frames of stateless dialects, shared by every client of this app: an
-        # event sent to 100 clients is serialized once. Bounded, oldest out first.
-        self._shared: dict[tuple[str, str], bytes] = {}
-        # Each open stream's cancel scope, and how to reach its event loop from any thread.
-        self._streams: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
-        self._closing = False
+        # Encodings of stateless dialects, shared by every client of this app: an event
+        # sent to 100 clients is serialized once.
+        self._cache: FrameCache[bytes] = FrameCache()
+        self._streams = OpenStreams()
 
     @property
     def open_streams(self) -> int:
@@ -168,14 +164,12 @@ class SSEApp:
         """End every open stream now, and refuse new ones (503). For servers that do
         not disconnect streaming responses on shutdown. Safe from any thread (the ASGI
         lifespan shutdown of a bare ``SSEApp`` calls it)."""
-        self._closing = True
-        for scope, call in list(self._streams.items()):
-            call(scope.cancel)
+        self._streams.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self.shutdown)
             return
         if kind == "websocket":
             await send({"type": "websocket.close", "code": 1003})
@@ -190,6 +184,9 @@ class SSEApp:
         if not session:
             await _respond(send, 400, "missing session: add ?session=<id>")
             return
+        if not valid_session(session):
+            await _respond(send, 400, "the session must be a string of valid text")
+            return
         chosen = self._dialects.get(request.query.get("dialect"))
         if chosen is None:
             known = ", ".join(self._dialects.factories)
@@ -202,26 +199,27 @@ class SSEApp:
         if not await may_read(principal, session):
             await _respond(send, 403, f"not allowed to read session {session!r}")
             return
-        if self._closing:
+        if self._streams.closing:
             await _respond(send, 503, "the server is shutting down")
             return
         name, factory = chosen
         dialect = factory()
         cursor = request.headers.get("last-event-id") or request.query.get("last_event_id")
-        run = request.query.get("run") or None
         try:
-            stream = await open_stream(
+            pump = await open_pump(
                 self.bus,
                 session=session,
-                run=run,
+                run=request.query.get("run") or None,
                 cursor=cursor,
                 dialect=dialect,
+                fmt=_SSE,
+                cache=self._cache,
                 buffer=self.buffer,
             )
         except DialectError as exc:
             await _respond(send, 500, f"dialect {name}: {exc}")
             return
-        except BusUnavailable as exc:
+        except (BusUnavailable, BusClosed) as exc:
             await _respond(send, 503, f"the event bus is unavailable: {exc}")
             return
         headers = [
@@ -234,122 +232,60 @@ class SSEApp:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if scope["method"] == "HEAD":
-            stream.subscription.close()
+            pump.subscription.close()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        await self._serve(stream, receive, send)
+        await self._serve(pump, receive, send)
 
-    async def _serve(self, stream: Stream, receive: Receive, send: Send) -> None:
-        sub = stream.subscription
+    async def _serve(self, pump: Pump[bytes], receive: Receive, send: Send) -> None:
         disconnected = False
+        self._cache.users += 1
         try:
-            with anyio.CancelScope() as cancel:  # cancelled by shutdown()
-                self._streams[cancel] = loop_caller()
-                try:
-                    async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as cancel, self._streams.serving(cancel):
+                async with anyio.create_task_group() as tg:
 
-                        async def watch() -> None:
-                            nonlocal disconnected
-                            while True:
-                                message = await receive()
-                                if message["type"] == "http.disconnect":
-                                    disconnected = True
-                                    tg.cancel_scope.cancel()
-                                    return
+                    async def watch() -> None:
+                        nonlocal disconnected
+                        while True:
+                            message = await receive()
+                            if message["type"] == "http.disconnect":
+                                disconnected = True
+                                tg.cancel_scope.cancel()
+                                return
 
-                        tg.start_soon(watch)
-                        tg.start_soon(watch_server_exit, cancel)
-                        await self._pump(stream, send)
-                        tg.cancel_scope.cancel()
-                finally:
-                    self._streams.pop(cancel, None)
+                    tg.start_soon(watch)
+                    tg.start_soon(watch_server_exit, cancel)
+                    await self._pump(pump, send)
+                    tg.cancel_scope.cancel()
         finally:
-            sub.close()  # released at once, whatever ended the stream
+            self._cache.users -= 1
+            pump.subscription.close()  # released at once, whatever ended the stream
         if not disconnected:
             try:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:  # the connection went away meanwhile
                 pass
 
-    async def _pump(self, stream: Stream, send: Send) -> None:
+    async def _pump(self, pump: Pump[bytes], send: Send) -> None:
         """Write the stream until it ends, or the client is cut (after telling it to
         resume)."""
-        encoder = stream.encoder
         # The reconnection hint rides on the first frame: a block holding only
         # "retry:" is an empty event to some clients.
         retry = f"retry: {self.retry_ms}\n".encode()
-        first = b"".join(encode_frame(f) for f in (*encoder.open(), *stream.initial))
-        if first:
-            await send({"type": "http.response.body", "body": retry + first, "more_body": True})
-            retry = b""
-        batches = stream.subscription.batches()
-        while True:
-            batch = None
-            with anyio.move_on_after(self.heartbeat):
-                try:
-                    batch = await batches.__anext__()
-                except StopAsyncIteration:
-                    break
-                except SlowConsumer as exc:
-                    logger.info("cutting a slow SSE client: %s", exc)
-                    body = b": too slow; reconnect with Last-Event-ID to resume\n\n"
+        try:
+            async with aclosing(pump.chunks(self.heartbeat)) as chunks:
+                async for chunk in chunks:
+                    if chunk is None:
+                        body = _PING
+                    else:
+                        body, retry = retry + b"".join(chunk), b""
                     await send({"type": "http.response.body", "body": body, "more_body": True})
-                    return
-            if batch is None:
-                await send({"type": "http.response.body", "body": _PING, "more_body": True})
-                continue
-            try:
-                body = self._encode_batch(encoder, batch)
-            except DialectError:
-                logger.exception("a dialect could not encode an event; ending the stream")
-                return
-            if body:
-                await send({"type": "http.response.body", "body": retry + body, "more_body": True})
-                retry = b""
-        tail = b"".join(encode_frame(f) for f in encoder.close())
-        if tail:
-            await send({"type": "http.response.body", "body": tail, "more_body": True})
-
-    def _encode_batch(self, encoder: Encoder, batch: list[Any]) -> bytes:
-        if not getattr(encoder.dialect, "stateless", False):
-            return b"".join(encode_frame(f) for e in batch for f in encoder.encode(e))
-        # With one client there is nobody to share with: skip the cache's bookkeeping.
-        shared = self._shared if len(self._streams) > 1 else {}
-        name = encoder.dialect.name
-        native = type(encoder.dialect) is Native
-        parts = []
-        for event in batch:
-            if isinstance(event, StreamReset) or encoder._skip_event is not None:
-                # Per subscription: a reset (a run's, a session's), or the event a
-                # resuming client has part of (its encoding skips what it has, so it
-                # must not be shared with the other clients).
-                parts.append(b"".join(encode_frame(f) for f in encoder.encode(event)))
-                continue
-            key = (name, event.id)
-            data = shared.get(key)
-            if data is None:
-                if native:
-                    data = native_frame(event)
-                else:
-                    data = b"".join(encode_frame(f) for f in encoder.encode(event))
-                if len(shared) >= _SHARED_FRAMES:
-                    for old in list(shared)[: _SHARED_FRAMES // 4]:
-                        del shared[old]
-                shared[key] = data
-            parts.append(data)
-        if batch:
-            encoder.last_id = batch[-1].id
-        return b"".join(parts)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        except SlowConsumer as exc:
+            logger.info("cutting a slow SSE client: %s", exc)
+            body = b": too slow; reconnect with Last-Event-ID to resume\n\n"
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        except DialectError:
+            logger.exception("a dialect could not encode an event; ending the stream")
 
 
 async def _respond(

@@ -5,41 +5,46 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from toolstream import (
     EVENT_TYPES,
     Bus,
+    BusClosed,
     BusUnavailable,
     DialectError,
     Event,
     SlowConsumer,
     StreamReset,
 )
+from toolstream._core.codec import to_dict
 from toolstream._core.jsonenc import dumps
 from toolstream._serving import (
     Authorize,
     Dialects,
-    Stream,
+    OpenStreams,
+    Receive,
+    Scope,
+    Send,
     authenticate,
-    loop_caller,
+    lifespan,
     may_read,
-    open_stream,
+    open_pump,
     request_info,
+    valid_session,
     watch_server_exit,
 )
-from toolstream.dialects import DialectSpec, Frame
+from toolstream.dialects import DialectSpec, EncodedFrame
+from toolstream.dialects._pump import FrameCache, Pump
 
 logger = logging.getLogger("toolstream.websocket")
 
 __all__ = ["CLOSE_CODES", "WebSocketApp"]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: Close codes and what they mean.
 CLOSE_CODES: dict[int, str] = {
@@ -53,13 +58,16 @@ CLOSE_CODES: dict[int, str] = {
 }
 
 _TYPES = {cls.type: cls for cls in EVENT_TYPES if cls is not StreamReset}
-_SHARED_MESSAGES = 4096
 
 
 class _ClientError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Gone(Exception):
+    """The client went away while the server was sending to it."""
 
 
 def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = False) -> Any:
@@ -70,7 +78,35 @@ def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = F
         return None
     if not isinstance(value, kind) or (kind is str and not value):
         raise _ClientError("invalid", f"field {name!r} must be a non-empty {kind.__name__}")
+    if kind is str and not valid_session(value):
+        raise _ClientError("invalid", f"field {name!r} must be valid text")
     return value
+
+
+class WSFormat:
+    """Frames as this protocol's ``event`` messages for one session."""
+
+    def __init__(self, session: str) -> None:
+        self._prefix = '{"op":"event","session":' + json.dumps(session) + ","
+
+    def frame(self, frame: EncodedFrame) -> str:
+        """One ``event`` message: ``id``, ``event`` and ``raw`` when the frame has
+        them, ``data`` (the payload as JSON)."""
+        message = frame.message
+        parts = [f'"id":{json.dumps(frame.id)}']
+        if message.event is not None:
+            parts.append(f'"event":{json.dumps(message.event)}')
+        if message.raw is not None:
+            parts.append(f'"raw":{json.dumps(message.raw)}')
+        parts.append('"data":' + dumps(message.payload))
+        return self._prefix + ",".join(parts) + "}"
+
+    def native(self, event: Event) -> str:
+        """The native dialect's message for ``event``, without its per-event objects."""
+        return (
+            f'{self._prefix}"id":{json.dumps(event.id)},"event":"{event.type}",'
+            f'"data":{dumps(to_dict(event))}}}'
+        )
 
 
 class WebSocketApp:
@@ -119,11 +155,10 @@ class WebSocketApp:
         self.buffer = buffer
         self.max_subscriptions = max_subscriptions
         self._dialects = Dialects(dialect, dialects)
-        self._sockets: dict[anyio.CancelScope, Callable[[Callable[[], None]], None]] = {}
+        self._sockets = OpenStreams()
         # Messages of stateless dialects, shared by every socket: an event sent to 100
-        # sockets is serialized once. Bounded, oldest out first.
-        self._shared: dict[tuple[str, str, str], list[str]] = {}
-        self._closing = False
+        # sockets is serialized once.
+        self._cache: FrameCache[str] = FrameCache()
 
     @property
     def open_sockets(self) -> int:
@@ -132,20 +167,12 @@ class WebSocketApp:
 
     def shutdown(self) -> None:
         """Close every socket (1001) and refuse new ones. Safe from any thread."""
-        self._closing = True
-        for scope, call in list(self._sockets.items()):
-            call(scope.cancel)
+        self._sockets.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    self.shutdown()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send, self.shutdown)
+            return
         if scope["type"] == "http":
             body = b'{"error": "this endpoint speaks WebSocket"}'
             await send(
@@ -163,7 +190,7 @@ class WebSocketApp:
         if message["type"] != "websocket.connect":
             return
         request = request_info(scope)
-        if self._closing:
+        if self._sockets.closing:
             await send({"type": "websocket.close", "code": 1001})
             return
         origin = request.headers.get("origin")
@@ -197,15 +224,24 @@ class _Connection:
         self.last_heard = time.monotonic()
         self.close_code: int | None = None
         self.disconnected = False
-
-    async def send(self, message: dict[str, Any]) -> None:
-        text = dumps(message)
-        async with self.lock:
-            await self._send({"type": "websocket.send", "text": text})
+        self.scope = anyio.CancelScope()
+        self.tg: anyio.abc.TaskGroup | None = None
 
     async def send_text(self, text: str) -> None:
+        """Send one message; a client that went away ends the connection quietly."""
+        if self.disconnected:
+            raise _Gone
         async with self.lock:
-            await self._send({"type": "websocket.send", "text": text})
+            try:
+                await self._send({"type": "websocket.send", "text": text})
+            except Exception as exc:  # servers differ: OSError, ClientDisconnected...
+                logger.debug("a WebSocket client went away while being sent to: %r", exc)
+                self.disconnected = True
+                self.scope.cancel()
+                raise _Gone from None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.send_text(dumps(message))
 
     async def error(self, code: str, message: str, **extra: Any) -> None:
         await self.send({"op": "error", "code": code, "message": message, **extra})
@@ -218,19 +254,20 @@ class _Connection:
     async def run(self) -> None:
         app = self.app
         try:
-            with anyio.CancelScope() as self.scope:
-                app._sockets[self.scope] = loop_caller()
-                try:
-                    async with anyio.create_task_group() as self.tg:
-                        self.tg.start_soon(self.keepalive)
-                        self.tg.start_soon(watch_server_exit, self.scope)
+            with self.scope, app._sockets.serving(self.scope):
+                async with anyio.create_task_group() as self.tg:
+                    self.tg.start_soon(self.keepalive)
+                    self.tg.start_soon(watch_server_exit, self.scope)
+                    try:
                         await self.read()
-                        self.tg.cancel_scope.cancel()
-                finally:
-                    app._sockets.pop(self.scope, None)
+                    except _Gone:
+                        pass
+                    self.tg.cancel_scope.cancel()
         finally:
             code = (
-                self.close_code if self.close_code is not None else (1001 if app._closing else 1000)
+                self.close_code
+                if self.close_code is not None
+                else (1001 if app._sockets.closing else 1000)
             )
             if not self.disconnected:
                 try:
@@ -241,7 +278,7 @@ class _Connection:
                             "reason": CLOSE_CODES.get(code, ""),
                         }
                     )
-                except OSError:
+                except Exception:  # the client went away meanwhile
                     pass
 
     async def keepalive(self) -> None:
@@ -252,7 +289,10 @@ class _Connection:
                 logger.info("closing a WebSocket whose peer stopped answering pings")
                 self.close(1011)
                 return
-            await self.send({"op": "ping", "ts": time.time()})
+            try:
+                await self.send({"op": "ping", "ts": time.time()})
+            except _Gone:
+                return
 
     async def read(self) -> None:
         while True:
@@ -266,20 +306,22 @@ class _Connection:
             self.last_heard = time.monotonic()
             text = message.get("text")
             data = message.get("bytes")
-            size = len(text.encode()) if text is not None else len(data or b"")
+            size = (
+                len(text.encode("utf-8", "surrogatepass")) if text is not None else len(data or b"")
+            )
             if size > self.app.max_message_bytes:
                 self.close(1009)
                 return
             try:
                 payload = json.loads(text if text is not None else (data or b"").decode())
-            except (ValueError, UnicodeDecodeError):
-                await self.error("bad_json", "messages are JSON objects")
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                await self.error("bad_json", "messages are JSON objects (nested at most a little)")
                 continue
             try:
                 await self.dispatch(payload)
             except _ClientError as exc:
                 session = payload.get("session") if isinstance(payload, dict) else None
-                extra = {"session": session} if isinstance(session, str) else {}
+                extra = {"session": session} if valid_session(session) else {}
                 await self.error(exc.code, str(exc), **extra)
 
     async def dispatch(self, message: Any) -> None:
@@ -287,7 +329,9 @@ class _Connection:
             raise _ClientError("invalid", "messages are JSON objects")
         op = message.get("op")
         if op == "ping":
-            await self.send({"op": "pong", **({"id": message["id"]} if "id" in message else {})})
+            ping_id = message.get("id")
+            echo = isinstance(ping_id, (str, int, float)) and not isinstance(ping_id, bool)
+            await self.send({"op": "pong", **({"id": ping_id} if echo else {})})
         elif op == "pong":
             pass
         elif op == "subscribe":
@@ -300,7 +344,7 @@ class _Connection:
             scope.cancel()
             await self.send({"op": "unsubscribed", "session": session})
         else:
-            raise _ClientError("unknown_op", f"unknown op {op!r}: subscribe, unsubscribe or ping")
+            raise _ClientError("unknown_op", "unknown op: subscribe, unsubscribe or ping")
 
     async def subscribe(self, message: dict[str, Any]) -> None:
         session = _field(message, "session", str, required=True)
@@ -312,7 +356,7 @@ class _Connection:
         if names is not None:
             unknown = [n for n in names if not isinstance(n, str) or n not in _TYPES]
             if unknown:
-                raise _ClientError("invalid", f"unknown event types {unknown!r}")
+                raise _ClientError("invalid", f"unknown event types {unknown!r:.200}")
             types = tuple(_TYPES[n] for n in names)
         if session in self.subs:
             raise _ClientError("already_subscribed", f"already subscribed to session {session!r}")
@@ -326,68 +370,54 @@ class _Connection:
         if not await may_read(self.principal, session):
             raise _ClientError("forbidden", f"not allowed to read session {session!r}")
         try:
-            stream = await open_stream(
+            pump = await open_pump(
                 self.app.bus,
                 session=session,
                 run=run,
                 cursor=after,
                 dialect=chosen[1](),
+                fmt=WSFormat(session),
+                cache=self.app._cache,
                 buffer=self.app.buffer,
                 types=types,
             )
         except (ValueError, DialectError) as exc:
             raise _ClientError("invalid", str(exc)) from None
-        except BusUnavailable as exc:
+        except (BusUnavailable, BusClosed) as exc:
             raise _ClientError("unavailable", f"the event bus is unavailable: {exc}") from None
         scope = anyio.CancelScope()
         self.subs[session] = scope
-        await self.send({"op": "subscribed", "session": session, "dialect": chosen[0]})
-        self.tg.start_soon(self.pump, session, stream, scope)
+        try:
+            await self.send({"op": "subscribed", "session": session, "dialect": chosen[0]})
+        except BaseException:
+            self.subs.pop(session, None)
+            pump.subscription.close()
+            raise
+        assert self.tg is not None
+        self.tg.start_soon(self.pump, session, pump, scope)
 
-    async def pump(self, session: str, stream: Stream, scope: anyio.CancelScope) -> None:
-        sub = stream.subscription
-        encoder = stream.encoder
-        prefix = '{"op":"event","session":' + json.dumps(session) + ","
+    async def pump(self, session: str, pump: Pump[str], scope: anyio.CancelScope) -> None:
+        cache = self.app._cache
+        cache.users += 1
         try:
             with scope:
-                for frame in stream.initial:
-                    await self.send_text(prefix + _frame_body(frame))
-                shared = self.app._shared if getattr(encoder.dialect, "stateless", False) else None
-                async for batch in sub.batches():
-                    for event in batch:
-                        texts = None
-                        key = (encoder.dialect.name, session, event.id)
-                        if shared is not None and not isinstance(event, StreamReset):
-                            texts = shared.get(key)
-                        if texts is None:
-                            texts = [prefix + _frame_body(f) for f in encoder.encode(event)]
-                            if shared is not None and not isinstance(event, StreamReset):
-                                if len(shared) >= _SHARED_MESSAGES:
-                                    for old in list(shared)[: _SHARED_MESSAGES // 4]:
-                                        del shared[old]
-                                shared[key] = texts
-                        for text in texts:
+                async with aclosing(pump.chunks()) as chunks:
+                    async for chunk in chunks:
+                        for text in chunk or ():
                             await self.send_text(text)
-                for frame in encoder.close():
-                    await self.send_text(prefix + _frame_body(frame))
                 if self.subs.get(session) is scope:
                     del self.subs[session]
                     await self.send({"op": "unsubscribed", "session": session, "reason": "ended"})
+        except _Gone:
+            pass
         except SlowConsumer:
             self.close(4408)
         except DialectError as exc:
             logger.exception("a dialect could not encode an event")
-            await self.error("internal", f"could not encode an event: {exc}", session=session)
+            try:
+                await self.error("internal", f"could not encode an event: {exc}", session=session)
+            except _Gone:
+                pass
         finally:
-            sub.close()
-
-
-def _frame_body(frame: Frame) -> str:
-    message = frame.message
-    parts = [f'"id":{json.dumps(frame.id)}']
-    if message.event is not None:
-        parts.append(f'"event":{json.dumps(message.event)}')
-    if message.raw is not None:
-        parts.append(f'"raw":{json.dumps(message.raw)}')
-    parts.append('"data":' + dumps(message.payload))
-    return ",".join(parts) + "}"
+            cache.users -= 1
+            pump.subscription.close()

@@ -1,0 +1,92 @@
+"""The one serving path: what SSEApp, sse.frames, WebSocketApp and dialects.render send."""
+
+from __future__ import annotations
+
+import json
+
+import toolstream as ts
+from toolstream import dialects
+from toolstream.dialects import Encoder
+from toolstream.dialects._pump import FrameCache, Pump
+from toolstream.sse._app import SSEFormat, encode_frame
+from toolstream.websocket._app import WSFormat
+
+
+def _events(bus: ts.EventBus) -> list[ts.Event]:
+    tracker = ts.Tracker(bus, "s1")
+    call = tracker.create("web_search", call_id="c")
+    call.args_delta('{"q": "caf\u00e9 \U0001f600"}')
+    call.ready()
+    call.start()
+    call.complete({"rows": [1, 2.5, None, "x\ny"]})
+    return bus.subscribe(session="s1", after=f"{bus.epoch}-0").take_nowait()
+
+
+def test_the_native_fast_path_matches_the_generic_encoding() -> None:
+    bus = ts.EventBus()
+    events = _events(bus)
+    sub = bus.subscribe(session="s1")
+    for fmt in (SSEFormat(), WSFormat("s1")):
+        fast = Pump(sub, Encoder(dialects.get("native")), fmt).encode(events)
+        generic = [fmt.frame(f) for e in events for f in Encoder(dialects.get("native")).encode(e)]
+        assert fast == generic
+    sse = Pump(sub, Encoder(dialects.get("native")), SSEFormat()).encode(events)
+    assert sse[0] == encode_frame(Encoder(dialects.get("native")).encode(events[0])[0])
+    ws = Pump(sub, Encoder(dialects.get("native")), WSFormat("s1")).encode(events)
+    first = json.loads(ws[0])
+    assert first["op"] == "event" and first["session"] == "s1"
+    assert first["data"] == ts.to_dict(events[0]) and first["event"] == "tool.created"
+
+
+def test_a_partial_resume_never_changes_what_other_clients_get() -> None:
+    """A client resuming inside an event (``<id>/<k>``) gets that event's encoding minus
+    what it has; the encoding shared with the other clients stays whole, whichever
+    client asks first (SSE and WebSocket share this code)."""
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    event = bus.publish(ts.ToolStarted, session="s1", call_id="c", tool="t")
+    for fmt in (SSEFormat(), WSFormat("s1")):
+        for resuming_first in (True, False):
+            cache: FrameCache[object] = FrameCache()
+            cache.users = 3
+            skipping = Pump(
+                sub,
+                Encoder(dialects.get("native"), skip_event=event.id, skip=1),
+                fmt,
+                cache=cache,
+            )
+            others = [
+                Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache) for _ in range(2)
+            ]
+            if resuming_first:
+                assert skipping.encode([event]) == []
+                assert others[0].encode([event]) == [fmt.native(event)]
+            else:
+                assert others[0].encode([event]) == [fmt.native(event)]
+                assert skipping.encode([event]) == []
+            assert others[1].encode([event]) == [fmt.native(event)], "whole for everyone"
+
+
+def test_encodings_are_shared_per_session() -> None:
+    # A broker bus's ids are per stream: two sessions may hold the same id. The shared
+    # encodings must never hand one session's frame to the other's client.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="a")
+    one = ts.ToolStarted(id="e-5", session="a", ts=1.0, call_id="c", tool="secret_a")
+    two = ts.ToolStarted(id="e-5", session="b", ts=1.0, call_id="c", tool="other_b")
+    cache: FrameCache[object] = FrameCache()
+    cache.users = 2
+    fmt = SSEFormat()
+    a = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([one])
+    b = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([two])
+    assert b"secret_a" in a[0]  # type: ignore[operator]
+    assert b"secret_a" not in b[0] and b"other_b" in b[0]  # type: ignore[operator]
+
+
+def test_stateful_dialects_are_never_shared() -> None:
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    cache: FrameCache[bytes] = FrameCache()
+    cache.users = 5
+    pump = Pump(sub, Encoder(dialects.get("agui")), SSEFormat(), cache=cache)
+    assert pump.cache is None

@@ -1,0 +1,256 @@
+"""What every broker-backed bus shares: a subscription fed by a reader task.
+
+A broker bus (Redis Streams, NATS JetStream...) reads a session from its broker on a
+connection of each subscription's own. :class:`FedSubscription` is the part that does
+not depend on the broker: it learns where it starts (the bus reads what it retained,
+:func:`~toolstream._core.subscription.start_position` decides), then a reader task
+appends what the broker delivers to the subscription's own log, where the usual
+machinery (filters, coalescing, cut-on-slow, batches) serves it. A bus implements two
+coroutines, :meth:`FedSubscription._read_start` and :meth:`FedSubscription._read_loop`.
+
+Broker client libraries are asyncio-only, so these subscriptions are too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import attrs
+
+from .errors import BusUnavailable
+from .events import Event, StreamReset
+from .subscription import (
+    Feeder,
+    FeederStats,
+    Log,
+    Overflow,
+    Retained,
+    StartRequest,
+    Subscription,
+    start_position,
+    wake_all,
+)
+
+logger = logging.getLogger("toolstream.broker")
+
+__all__ = ["BrokerStart", "FedSubscription", "retry_until", "stop_task"]
+
+E_co = TypeVar("E_co", bound=Event, covariant=True)
+T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class BrokerStart:
+    """What a broker bus read of a session to start a subscription: its ``epoch``, what
+    it ``retained``, where a subscription without a cursor starts (``live_seq``) and
+    the newest position (``last_seq``)."""
+
+    epoch: str
+    retained: Retained
+    live_seq: int
+    last_seq: int
+
+
+async def retry_until(
+    read: Callable[[], Awaitable[T]],
+    retryable: tuple[type[BaseException], ...],
+    deadline: float,
+    what: str,
+) -> T:
+    """``await read()``, retried with backoff on ``retryable`` errors until ``deadline``
+    (``time.monotonic()``), then :class:`~toolstream.BusUnavailable` naming ``what``."""
+    delay = 0.05
+    while True:
+        try:
+            return await read()
+        except retryable as exc:
+            if time.monotonic() + delay > deadline:
+                raise BusUnavailable(f"cannot reach {what}: {exc}") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class FedSubscription(Subscription[E_co]):
+    """A :class:`~toolstream.Subscription` with a feeder and a log of its own, filled by
+    a reader task (asyncio). It learns where it starts on its first read (or
+    ``await sub.prepare()``) and releases its reader when closed or cut."""
+
+    def __init__(
+        self,
+        types: Sequence[type[Event]],
+        session: str,
+        run: str | None,
+        buffer: int,
+        overflow: Overflow,
+        *,
+        request: StartRequest,
+        stats: FeederStats,
+        reset_bytes: int,
+        clock: Callable[[], float],
+    ) -> None:
+        super().__init__(Feeder(stats), types, session, run, buffer, overflow)
+        self._request = request
+        self._reset_bytes = reset_bytes
+        self._clock = clock
+        self._prepared = False
+        self._prep_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._task_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- what a broker bus implements -----------------------------------------------------
+
+    async def _read_start(self) -> BrokerStart:  # pragma: no cover - abstract
+        """Read what the broker retained of the session (``BusUnavailable`` when it
+        cannot be reached in time)."""
+        raise NotImplementedError
+
+    async def _read_loop(self) -> None:  # pragma: no cover - abstract
+        """Read the session after where the subscription started, handing each batch to
+        :meth:`_append` (stop when it returns False), until the subscription closes."""
+        raise NotImplementedError
+
+    # -- starting ----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Read where the subscription starts from the broker and start its reader.
+        ``BusUnavailable`` if the broker cannot be reached in time."""
+        if self._prepared:
+            return
+        async with self._prep_lock:
+            if self._prepared or self.closed:
+                return
+            begin = await self._read_start()
+            self._begin_at(begin)
+            self._prepared = True
+            loop = asyncio.get_running_loop()
+            self._task_loop = loop
+            if not self.closed:
+                self._task = loop.create_task(self._read_loop(), name="toolstream-reader")
+
+    def _begin_at(self, begin: BrokerStart) -> None:
+        request = self._request
+        retained = begin.retained
+        start = start_position(
+            request,
+            self.matches,
+            retained,
+            session=self.session or "",
+            epoch=begin.epoch,
+            live_seq=begin.live_seq,
+            last_seq=begin.last_seq,
+            ts=self._clock(),
+            reset_bytes=self._reset_bytes,
+        )
+        if start.reset is not None and request.after is not None:
+            self._feeder.stats.resets += 1
+        log = Log(self.session, 0, None)
+        tail = list(retained.events[start.index :])
+        replay = len(tail) if request.after is not None and start.reset is None else 0
+        with self._feeder.lock:
+            if not start.done:
+                log.events.extend(tail)
+            self._begin(log, start, cursor=0, replay_end=replay)
+
+    async def _fill(self) -> bool:
+        if not self._prepared:
+            await self.prepare()
+        return await super()._fill()
+
+    # -- what the reader hands over ------------------------------------------------------
+
+    def _append(self, events: list[Event]) -> bool:
+        """Add events read from the broker; False when the subscription stops reading
+        (cut, closed)."""
+        log = self._log
+        assert log is not None
+        feeder = self._feeder
+        with feeder.lock:
+            if self.closed:
+                return False
+            done = self._cursor - log.base
+            if done > 0:  # drop what the consumer already took
+                del log.events[:done]
+                log.base = self._cursor
+            log.events.extend(events)
+            over = log.end - max(self._cursor, self._replay_end) > self._limit
+            if over:
+                feeder.cut(self, log)
+            wakes = log.take_waiters() + feeder.take_wakes()
+        wake_all(wakes)
+        return not over
+
+    def _push_reset(self, reset: StreamReset) -> None:
+        """Deliver ``reset`` next (the broker lost the session's data)."""
+        log = self._log
+        assert log is not None
+        with self._feeder.lock:
+            self._pending.append(reset)
+            wakes = log.take_waiters() + self._feeder.take_wakes()
+        wake_all(wakes)
+
+    def _cut_now(self, why: str) -> None:
+        """Cut the subscription (its consumer resumes, or gets a reset)."""
+        log = self._log
+        assert log is not None
+        with self._feeder.lock:
+            self._feeder.cut(self, log)
+            wakes = log.take_waiters() + self._feeder.take_wakes()
+        wake_all(wakes)
+        logger.info("subscription to %s cut: %s", self.session, why)
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the subscription: its reader stops and its connection closes."""
+        super().close()
+        task, loop = self._task, self._task_loop
+        if task is not None and loop is not None and not task.done():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                _cancel_until_done(task, loop)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(_cancel_until_done, task, loop)
+
+    async def aclose(self) -> None:
+        """Release the subscription and wait until its reader has ended."""
+        self.close()
+        task = self._task
+        if task is not None and self._task_loop is asyncio.get_running_loop():
+            await stop_task(task)
+            if not task.cancelled() and task.exception() is not None:
+                logger.error("subscription reader failed: %r", task.exception())
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+# Python 3.10/3.11's ``wait_for`` (inside client libraries' sends) can swallow a
+# cancellation that lands as a write completes, which would leave a task blocked in a
+# read for seconds: both ways of stopping a task cancel it again until it has ended.
+
+
+def _cancel_until_done(task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel ``task`` now and every 50 ms until it ends (without waiting for it)."""
+    if not task.done():
+        task.cancel()
+        loop.call_later(0.05, _cancel_until_done, task, loop)
+
+
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` until it ends, and wait for that."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)

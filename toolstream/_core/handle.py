@@ -1,0 +1,545 @@
+"""CallHandle: what a framework reports about one tool call.
+
+Handles *report* what happened to a call; they do not control the tool. Every method may
+be called from any thread; each takes the tracker's lock, checks the call's state
+(:meth:`CallHandle._report`), and publishes through the tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from .coalescer import NOTHING
+from .events import (
+    CallState,
+    ErrorInfo,
+    JSONValue,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+from .redaction import ArgsRedactor, TextRedactor
+from .summaries import CANCELLED, ERROR, RESULT, START
+
+if TYPE_CHECKING:
+    from .events import Event
+    from .tracker import Tracker
+
+__all__ = ["CallHandle"]
+
+UNSET: Final[Any] = object()
+
+# Internal state codes: order is the lifecycle order.
+NEW, CREATED, READY, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4
+
+_STATE_NAMES = {
+    NEW: None,
+    CREATED: CallState.CREATED,
+    READY: CallState.READY,
+    QUEUED: CallState.QUEUED,
+    RUNNING: CallState.RUNNING,
+}
+
+
+class CallHandle:
+    """One tool call, as reported to the tracker. Obtain with :meth:`Tracker.create`,
+    :meth:`Tracker.call` or a provider ingest.
+
+    Methods report what happened: ``args_delta``, ``ready``, ``queue``, ``start``,
+    ``progress``, ``output_delta``, ``output_partial`` and one of ``complete``,
+    ``fail`` or ``cancel``. A report the call's state forbids is a lifecycle
+    violation: dropped with a warning (or ``LifecycleError`` on a strict tracker).
+    """
+
+    __slots__ = (
+        "_args",
+        "_args_parts",
+        "_args_redactor",
+        "_args_sent",
+        "_out_redactor",
+        "_published_args",
+        "_started",
+        "_state",
+        "_terminal_state",
+        "_tracker",
+        "args_valid",
+        "batch_id",
+        "call_id",
+        "given_id",
+        "hidden",
+        "parent_call_id",
+        "parent_id",
+        "run_id",
+        "title",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        tool: str,
+        call_id: str,
+        run_id: str | None,
+        parent_call_id: str | None,
+        batch_id: str | None,
+        title: str | None,
+        hidden: bool,
+        given_id: str | None = None,
+    ) -> None:
+        self._tracker = tracker
+        #: The tool's name.
+        self.tool = tool
+        #: The correlation id shared by every event of the call.
+        self.call_id = call_id
+        #: The id the framework gave (``None`` when generated). ``call_id`` is the same,
+        #: except for a call that reused the id of an ended call: ``"<id>#2"``...
+        self.given_id = given_id
+        #: The run the call belongs to, if any.
+        self.run_id = run_id
+        #: The call whose sub-agent made this one, if any.
+        self.parent_call_id = parent_call_id
+        #: The batch of parallel calls this call is part of, if any.
+        self.batch_id = batch_id
+        #: A short title for the call, published with its first event.
+        self.title = title
+        #: True for a hidden tool: tracked, never published.
+        self.hidden = hidden
+        #: False when the streamed input was not valid JSON (``args`` is then the text).
+        self.args_valid = True
+        #: The assistant message the call belongs to, if known.
+        self.parent_id: str | None = None
+        self._state = NEW
+        self._terminal_state = CallState.COMPLETED
+        self._args: Any = UNSET
+        self._args_parts: list[str] = []
+        self._args_sent = False
+        self._published_args: JSONValue = None
+        self._args_redactor: ArgsRedactor | None = None
+        self._out_redactor: TextRedactor | None = None
+        self._started: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<CallHandle {self.tool!r} call_id={self.call_id!r} state={self.state}>"
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> CallState | None:
+        """The call's state; None before its first event is published."""
+        if self._state == DONE:
+            return self._terminal_state
+        return _STATE_NAMES[self._state]
+
+    @property
+    def done(self) -> bool:
+        """True once the call reached a terminal state."""
+        return self._state == DONE
+
+    @property
+    def args(self) -> Any:
+        """The call's real input: parsed JSON, the raw text if invalid, ``{}`` if none."""
+        if self._args is UNSET:
+            text = "".join(self._args_parts)
+            if not text.strip():
+                return {}
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        return self._args
+
+    @property
+    def args_text(self) -> str:
+        """The streamed input text so far (raw: only the tool sees it)."""
+        return "".join(self._args_parts)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds since the call started running (None before)."""
+        started = self._started
+        return None if started is None else time.monotonic() - started
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def _report(self, op: str, allowed: bool, *, runs: bool = False) -> bool:
+        """What every report checks first (the tracker's lock held): the tracker is open
+        and the call's state allows ``op`` (else a violation: False). A report that
+        implies the call runs (``runs``) starts it first."""
+        if not self._tracker._allowed(self, op, allowed):
+            return False
+        if runs and self._state < RUNNING:
+            self._start_locked(UNSET, None)
+        return True
+
+    def args_delta(self, text: str) -> None:
+        """A fragment of the call's JSON input, as the model writes it."""
+        if not isinstance(text, str):
+            raise TypeError(f"args_delta() takes text, not {type(text).__name__}")
+        t = self._tracker
+        with t._lock:
+            if not self._report("args_delta", self._state <= CREATED):
+                return
+            self._announce()
+            self._args_parts.append(text)
+            if self.hidden or not text:
+                return
+            redactor = self._args_redactor
+            if redactor is None:
+                redactor = self._args_redactor = t.payload.args_redactor()
+            safe = redactor.feed(text)
+            if not safe:
+                return
+            coalescer = t._coalescer
+            if coalescer is not None:
+                coalescer.args(self, safe)
+            else:
+                self._publish_args_text(safe)
+
+    def ready(self, args: Any = UNSET) -> None:
+        """The whole input is known: parses the streamed text, or takes ``args``."""
+        t = self._tracker
+        published, valid, summary = self._prepare_args(args)
+        with t._lock:
+            if not self._report("ready", self._state <= CREATED):
+                return
+            self._set_args(args)
+            self._flush()
+            first = self._state == NEW
+            self._state = READY
+            if not self.hidden:
+                self._args_sent = True
+                self._emit(ToolReady, first, args=published, args_valid=valid, summary=summary)
+
+    def queue(self, *, batch_id: str | None = None, position: int | None = None) -> None:
+        """The call waits for a concurrency slot (usually reported by a :class:`Batch`)."""
+        with self._tracker._lock:
+            if not self._report("queue", self._state < QUEUED):
+                return
+            self._flush()
+            if batch_id is not None:
+                self.batch_id = batch_id
+            first = self._state == NEW
+            self._state = QUEUED
+            if not self.hidden:
+                self._emit(ToolQueued, first, batch_id=self.batch_id, position=position)
+
+    def start(self, args: Any = UNSET) -> None:
+        """Execution began. ``args``: the input, for a call whose input was not reported."""
+        t = self._tracker
+        prepared = None if self._args_sent else self._prepare_args(args)
+        with t._lock:
+            if self._report("start", self._state < RUNNING):
+                self._start_locked(args, prepared)
+
+    def _start_locked(self, args: Any, prepared: tuple[JSONValue, bool, str | None] | None) -> None:
+        """Publish ``tool.started`` (lock held; the state allows it)."""
+        self._flush()
+        first = self._state == NEW
+        if self._state == CREATED and self._args_parts and not self.hidden:
+            # Input streamed but never declared complete: say so before it runs.
+            published, valid, summary = prepared or self._prepare_args(UNSET)
+            self._set_args(UNSET)
+            self._state = READY
+            self._args_sent = True
+            self._emit(ToolReady, False, args=published, args_valid=valid, summary=summary)
+            prepared = None
+        self._set_args(args)
+        self._state = RUNNING
+        self._started = time.monotonic()
+        if self.hidden:
+            return
+        fields: dict[str, Any] = {}
+        if not self._args_sent:
+            published, _, summary = prepared or self._prepare_args(args)
+            self._args_sent = True
+            fields["args"] = published
+            fields["summary"] = summary
+        self._emit(ToolStarted, first, **fields)
+
+    def progress(
+        self,
+        fraction: float | None = None,
+        *,
+        current: float | None = None,
+        total: float | None = None,
+        message: str | None = None,
+        data: Any = None,
+    ) -> None:
+        """Progress from inside the running tool: ``fraction`` in 0..1, or ``current`` of
+        ``total``, a ``message``, any JSON ``data``. Implies the call is running."""
+        if type(fraction) is float and 0.0 <= fraction <= 1.0 and current is None and total is None:
+            pass  # the common case, already safe
+        else:
+            fraction = _fraction(fraction, current, total)
+            current = _number(current)
+            total = _number(total)
+        t = self._tracker
+        hidden = self.hidden
+        if not hidden:
+            if message is not None:
+                message = t.payload.text(message)
+            if data is not None:
+                data = t._value(data)
+        lock = t._lock
+        lock.acquire()  # not ``with``, and _report inlined: the hot path of a running tool
+        try:
+            state = self._state
+            if state >= DONE or t._closed:
+                t._allowed(self, "progress", state < DONE)
+                return
+            if state < RUNNING:
+                self._start_locked(UNSET, None)
+            if hidden:
+                return
+            coalescer = t._coalescer
+            if coalescer is not None:
+                coalescer.progress(
+                    self,
+                    {
+                        "fraction": fraction,
+                        "current": current,
+                        "total": total,
+                        "message": message,
+                        "data": data,
+                    },
+                )
+                return
+            # The event's values in one tuple, in ToolProgress's field order.
+            t._emit_values(
+                ToolProgress,
+                (
+                    t.session,
+                    self.run_id,
+                    self.call_id,
+                    self.tool,
+                    self.parent_call_id,
+                    fraction,
+                    current,
+                    total,
+                    message,
+                    data,
+                ),
+            )
+        finally:
+            lock.release()
+
+    def output_delta(self, text: str) -> None:
+        """Text appended to the call's output so far. Implies the call is running."""
+        if not isinstance(text, str):
+            raise TypeError(f"output_delta() takes text, not {type(text).__name__}")
+        t = self._tracker
+        with t._lock:
+            if not self._report("output_delta", self._state < DONE, runs=True):
+                return
+            if self.hidden or not text:
+                return
+            redactor = self._out_redactor
+            if redactor is None:
+                redactor = self._out_redactor = t.payload.text_redactor()
+            safe = redactor.feed(text)
+            if not safe:
+                return
+            coalescer = t._coalescer
+            if coalescer is not None:
+                coalescer.output(self, safe)
+            else:
+                self._publish_output_text(safe)
+
+    def output_partial(self, value: Any) -> None:
+        """A JSON value that replaces the partial output so far. Implies running."""
+        t = self._tracker
+        published = None if self.hidden else t._value(value)
+        with t._lock:
+            if not self._report("output_partial", self._state < DONE, runs=True):
+                return
+            if self.hidden:
+                return
+            coalescer = t._coalescer
+            if coalescer is not None:
+                coalescer.partial(self, published)
+            else:
+                self._emit(ToolOutputPartial, False, value=published)
+
+    def complete(self, result: Any = None) -> None:
+        """The tool returned ``result``. Terminal."""
+        t = self._tracker
+        published: JSONValue = None
+        summary = None
+        if not self.hidden:
+            published = t._value(result)
+            summary = t._summary(RESULT, self, published)
+        with t._lock:
+            if self._report("complete", self._state < DONE, runs=True):
+                self._finish_locked(
+                    CallState.COMPLETED, ToolCompleted, result=published, summary=summary
+                )
+
+    def fail(
+        self,
+        error: BaseException | str | ErrorInfo | Mapping[str, Any],
+        *,
+        retryable: bool | None = None,
+    ) -> None:
+        """The tool failed with ``error`` (an exception, a message...). Terminal."""
+        t = self._tracker
+        info = t.payload.error(error)
+        if retryable is not None:
+            info = ErrorInfo(type=info.type, message=info.message, retryable=retryable)
+        summary = None if self.hidden else t._summary(ERROR, self, info)
+        with t._lock:
+            if self._report("fail", self._state < DONE):
+                self._finish_locked(CallState.FAILED, ToolFailed, error=info, summary=summary)
+
+    def cancel(self, reason: str | None = None) -> None:
+        """The call was cancelled (``reason`` says why). Terminal."""
+        t = self._tracker
+        published = t.payload.text(reason)
+        summary = None if self.hidden else t._summary(CANCELLED, self, published)
+        with t._lock:
+            if self._report("cancel", self._state < DONE):
+                self._finish_locked(
+                    CallState.CANCELLED, ToolCancelled, reason=published, summary=summary
+                )
+
+    # -- internals (the tracker's lock is held) ------------------------------------------
+
+    def _emit(self, cls: type[Event], first: bool, **fields: Any) -> None:
+        """Publish one event of this call; the call's first event carries its title."""
+        if first and self.title is not None:
+            fields["title"] = self.title
+        self._tracker._emit(cls, self, fields)
+
+    def _announce(self) -> None:
+        """First event of a call that streams its input: ``tool.created``."""
+        if self._state != NEW:
+            return
+        self._state = CREATED
+        if not self.hidden:
+            self._emit(ToolCreated, True, batch_id=self.batch_id, parent_id=self.parent_id)
+
+    def _finish_locked(self, state: CallState, cls: type[Event], **fields: Any) -> None:
+        """End the call with ``cls`` (its state allows it). A call never announced gets
+        its synthesized ``tool.started`` first (every client sees a well-formed
+        lifecycle)."""
+        if self._state == NEW:
+            self._start_locked(UNSET, None)
+        self._flush(final=True)
+        duration = self.duration_s
+        self._state = DONE
+        self._terminal_state = state
+        self._tracker._forget(self)
+        if not self.hidden:
+            self._emit(cls, False, duration_s=duration, **fields)
+
+    def _end_silently(self, state: CallState) -> None:
+        """End a call that was never announced, publishing nothing (a later report on it
+        is then a violation, rather than a call nobody closes)."""
+        self._state = DONE
+        self._terminal_state = state
+        self._tracker._forget(self)
+
+    def _publish_args_text(self, text: str) -> None:
+        for piece in self._tracker.payload.chunks(text):
+            self._emit(ToolArgsDelta, False, delta=piece)
+
+    def _publish_output_text(self, text: str) -> None:
+        t = self._tracker
+        for piece in t.payload.chunks(text):
+            t._emit_values(
+                ToolOutputDelta,
+                (t.session, self.run_id, self.call_id, self.tool, self.parent_call_id, piece),
+            )
+
+    def _flush(self, *, final: bool = False) -> None:
+        """Publish what coalescing holds for this call, and (``final``) what the output
+        redactor still holds back."""
+        if self.hidden:
+            return
+        coalescer = self._tracker._coalescer
+        held = coalescer.release(self) if coalescer is not None else None
+        output = held.output if held is not None else []
+        if final and self._out_redactor is not None:
+            rest = self._out_redactor.flush()
+            if rest:
+                output.append(rest)
+        if held is not None and held.args:
+            self._publish_args_text("".join(held.args))
+        if output:
+            self._publish_output_text("".join(output))
+        if held is None:
+            return
+        if held.progress is not None:
+            self._emit(ToolProgress, False, **held.progress)
+        if held.partial is not NOTHING:
+            self._emit(ToolOutputPartial, False, value=held.partial)
+
+    def _set_args(self, args: Any) -> None:
+        if args is not UNSET:
+            self._args = args
+            self.args_valid = True
+        elif self._args is UNSET and self._args_parts:
+            text = "".join(self._args_parts)
+            try:
+                self._args = json.loads(text) if text.strip() else {}
+                self.args_valid = True
+            except ValueError:
+                self._args = text
+                self.args_valid = False
+
+    def _prepare_args(self, args: Any) -> tuple[JSONValue, bool, str | None]:
+        """The published input, its validity and the start summary (no lock needed)."""
+        if self.hidden:
+            return None, True, None
+        t = self._tracker
+        valid = True
+        if args is not UNSET:
+            raw = args
+        elif self._args is not UNSET:
+            raw = self._args
+            valid = self.args_valid
+        elif self._args_parts:
+            text = "".join(self._args_parts)
+            try:
+                raw = json.loads(text) if text.strip() else {}
+            except ValueError:
+                raw, valid = text, False
+        else:
+            raw = {}
+        published = t._value(raw) if valid else t.payload.invalid_args(str(raw))
+        self._published_args = published
+        summary = t._summary(START, self, None, args=published, valid=valid)
+        return published, valid, summary
+
+
+def _number(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if number != number or number in (float("inf"), float("-inf")):
+        return None
+    return int(number) if isinstance(value, int) else number
+
+
+def _fraction(fraction: float | None, current: float | None, total: float | None) -> float | None:
+    value = _number(fraction)
+    if value is None:
+        c, t = _number(current), _number(total)
+        if c is not None and t:
+            value = c / t
+    if value is None:
+        return None
+    return min(1.0, max(0.0, float(value)))

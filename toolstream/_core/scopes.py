@@ -1,0 +1,447 @@
+"""Scopes: a call, a run and a batch of parallel calls, as ``async with`` blocks.
+
+Each scope turns how a block ends into the lifecycle: a normal exit completes, an
+exception fails, a cancellation cancels (and the exception goes on), so every call a
+scope opened ends exactly once.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextvars
+import inspect
+import sys
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import anyio.abc
+from typing_extensions import Self
+
+from .events import BatchPhase, ErrorInfo, RunFinished, RunOutcome, RunStarted
+from .handle import DONE, RUNNING, CallHandle
+
+if TYPE_CHECKING:
+    from .tracker import Tracker
+
+__all__ = ["Batch", "CallScope", "RunScope", "bind_args", "current_call", "is_cancellation"]
+
+#: The call whose block is running in this context (a tool's own code, a sub-agent).
+current_call: contextvars.ContextVar[CallHandle | None] = contextvars.ContextVar(
+    "toolstream_current_call", default=None
+)
+#: The runs open in this context, outermost first.
+current_runs: contextvars.ContextVar[tuple[RunScope, ...]] = contextvars.ContextVar(
+    "toolstream_current_runs", default=()
+)
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """True for the exceptions that mean "cancelled" on asyncio, trio and anyio."""
+    import asyncio
+
+    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return True
+    trio = sys.modules.get("trio")
+    if trio is not None and isinstance(exc, trio.Cancelled):
+        return True
+    group = getattr(builtins, "BaseExceptionGroup", None)
+    if group is None:
+        eg = sys.modules.get("exceptiongroup")
+        group = getattr(eg, "BaseExceptionGroup", None) if eg else None
+    if group is not None and isinstance(exc, group):
+        return all(is_cancellation(e) for e in exc.exceptions)
+    return False
+
+
+def cancel_reason(exc: BaseException) -> str:
+    """The reason a cancelled call is given for ``exc``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, SystemExit):
+        return "interpreter exiting"
+    if isinstance(exc, GeneratorExit):
+        return "closed"
+    return "cancelled"
+
+
+def _reset(var: contextvars.ContextVar[Any], token: contextvars.Token[Any] | None) -> None:
+    if token is not None:
+        try:
+            var.reset(token)
+        except ValueError:  # exited in another context (e.g. a different task)
+            pass
+
+
+class CallScope:
+    """``async with`` / ``with`` a tracked call: completes on a normal exit (with
+    ``None`` unless :meth:`CallHandle.complete` was called), fails on an exception
+    (re-raised), is cancelled on cancellation (re-raised). Returned by
+    :meth:`Tracker.call` and :meth:`Batch.call`."""
+
+    __slots__ = ("_args", "_batch", "_handle", "_owner", "_slot", "_token", "_tracker")
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        handle: CallHandle,
+        args: Any,
+        owner: bool,
+        batch: Batch | None = None,
+    ) -> None:
+        self._tracker = tracker
+        self._handle = handle
+        self._args = args
+        self._owner = owner
+        self._batch = batch
+        self._slot = False
+        self._token: contextvars.Token[CallHandle | None] | None = None
+
+    @property
+    def handle(self) -> CallHandle:
+        """The call's handle."""
+        return self._handle
+
+    def __enter__(self) -> CallHandle:
+        if self._batch is not None:
+            raise TypeError("a batch call waits for a slot: use `async with`")
+        return self._enter()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit(exc)
+
+    async def __aenter__(self) -> CallHandle:
+        batch = self._batch
+        if batch is not None:
+            try:
+                await batch._acquire()
+            except BaseException as exc:
+                handle = self._handle
+                if not handle.done:
+                    handle.cancel(cancel_reason(exc) if is_cancellation(exc) else str(exc))
+                raise
+            self._slot = True
+        handle = self._enter()
+        if batch is not None:
+            batch._running()
+        return handle
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._exit(exc)
+        finally:
+            if self._slot:
+                self._slot = False
+                assert self._batch is not None
+                self._batch._release()
+
+    def _enter(self) -> CallHandle:
+        handle = self._handle
+        if self._owner and handle._state < RUNNING:
+            handle.start(self._args)
+        self._token = current_call.set(handle)
+        return handle
+
+    def _exit(self, exc: BaseException | None) -> None:
+        _reset(current_call, self._token)
+        self._token = None
+        handle = self._handle
+        if not self._owner or handle.done:
+            return
+        if exc is None:
+            handle.complete(None)
+        elif is_cancellation(exc):
+            handle.cancel(cancel_reason(exc))
+        else:
+            handle.fail(exc)
+
+
+class RunScope:
+    """One run (an agent turn, a request): ``run.started`` ... ``run.finished``.
+
+    Use as ``async with tracker.run():`` (or ``with``): calls opened inside join
+    it, and its end closes the calls still open (cancelled, reason ``"run
+    finished"``) before ``run.finished``. Or drive it by hand: ``start()`` and
+    ``finish(outcome=...)``, passing ``run_id=`` to the calls.
+    """
+
+    def __init__(self, tracker: Tracker, run_id: str, title: str | None) -> None:
+        self._tracker = tracker
+        #: The run's id.
+        self.run_id = run_id
+        #: A short title for the run, published with ``run.started``.
+        self.title = title
+        self._started = False
+        self._finished = False
+        self._token: contextvars.Token[tuple[RunScope, ...]] | None = None
+
+    def __repr__(self) -> str:
+        return f"<RunScope {self.run_id!r} started={self._started} finished={self._finished}>"
+
+    @property
+    def finished(self) -> bool:
+        """True once ``run.finished`` was published."""
+        return self._finished
+
+    def start(self) -> Self:
+        """Publish ``run.started`` (once)."""
+        t = self._tracker
+        title = t.payload.text(self.title)
+        with t._lock:
+            if self._started:
+                t._violation(
+                    f"run {self.run_id!r} was already started", self.run_id, "running", "start"
+                )
+                return self
+            if t._closed:
+                t._violation(
+                    f"run {self.run_id!r}: the tracker is closed", self.run_id, "closed", "start"
+                )
+                return self
+            self._started = True
+            t._runs[self.run_id] = self
+            t._publish(RunStarted, run_id=self.run_id, title=title)
+        return self
+
+    def finish(
+        self,
+        outcome: RunOutcome = "completed",
+        *,
+        error: BaseException | str | ErrorInfo | None = None,
+    ) -> None:
+        """Close the run's open calls, then publish ``run.finished`` (once)."""
+        if outcome not in ("completed", "failed", "cancelled"):
+            raise ValueError(f"outcome must be completed, failed or cancelled, not {outcome!r}")
+        t = self._tracker
+        info = t.payload.error(error) if error is not None else None
+        with t._lock:
+            if not self._started or self._finished:
+                state = "finished" if self._finished else "not started"
+                t._violation(f"run {self.run_id!r} is {state}", self.run_id, state, "finish")
+                return
+            self._finished = True
+            t._close_calls([h for h in t._open.values() if h.run_id == self.run_id], "run finished")
+            t._runs.pop(self.run_id, None)
+            t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
+
+    def _end(self, exc: BaseException | None) -> None:
+        _reset(current_runs, self._token)
+        self._token = None
+        if self._finished:
+            return
+        if exc is None:
+            self.finish("completed")
+        elif is_cancellation(exc):
+            self.finish("cancelled")
+        else:
+            self.finish("failed", error=exc)
+
+    def __enter__(self) -> Self:
+        self.start()
+        self._token = current_runs.set((*current_runs.get(), self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._end(exc)
+
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._end(exc)
+
+
+PhaseName = Literal["queued", "running", "done"]
+
+
+class Batch:
+    """Parallel calls under a concurrency ``limit``: each is announced ``queued`` at
+    once, runs when a slot frees, and ``batch.phase`` events mark the batch's
+    progress (queued -> running -> done), each describing all the batch's calls as
+    they are at that moment.
+
+    ::
+
+        async with tracker.batch(limit=2) as batch:
+            for c in calls:
+                batch.start_soon(run_tool, c.tool, c.args, call_id=c.id)
+
+    ``start_soon`` runs a function as a tracked call in the batch's own task group
+    (a failing call is reported failed and does not cancel the others; its
+    exception is in ``batch.results``); ``batch.call()`` gives a scope to enter from
+    tasks of your own.
+    """
+
+    def __init__(self, tracker: Tracker, limit: int | None, batch_id: str) -> None:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        self._tracker = tracker
+        self.limit = limit
+        #: The batch's id, carried by its calls' ``tool.queued`` events.
+        self.batch_id = batch_id
+        #: ``call_id -> return value`` (or the exception) of calls run with ``start_soon``.
+        self.results: dict[str, Any] = {}
+        self._handles: list[CallHandle] = []
+        self._semaphore: anyio.Semaphore | None = None
+        self._waiting = 0
+        self._phase: PhaseName | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._entered = False
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.batch_id!r} limit={self.limit} calls={len(self._handles)}>"
+
+    def call(
+        self,
+        tool: str,
+        args: Any = None,
+        *,
+        call_id: str | None = None,
+        title: str | None = None,
+    ) -> CallScope:
+        """Announce a call of the batch (``queued`` now); ``async with`` it to run it
+        when a slot is free."""
+        t = self._tracker
+        handle, owner = t._handle_for(tool, call_id, None, None, self.batch_id, title)
+        self._handles.append(handle)
+        if owner:
+            self._waiting += 1
+            handle.queue(batch_id=self.batch_id, position=self._waiting)
+        return CallScope(t, handle, {} if args is None else args, owner, batch=self)
+
+    def start_soon(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+    ) -> CallHandle:
+        """Run ``await fn(*args)`` as a call of the batch; returns its handle."""
+        if self._tg is None:
+            raise RuntimeError("start_soon() needs the batch to be entered (`async with`)")
+        name = tool or str(getattr(fn, "__name__", "tool"))
+        scope = self.call(name, bind_args(fn, args, {}), call_id=call_id, title=title)
+        self._tg.start_soon(self._run, scope, fn, args)
+        return scope.handle
+
+    async def _run(
+        self, scope: CallScope, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+    ) -> None:
+        handle = scope.handle
+        try:
+            async with scope as call:
+                result = await fn(*args)
+                call.complete(result)
+            self.results[handle.call_id] = result
+        except Exception as exc:  # reported as failed; siblings keep running
+            self.results[handle.call_id] = exc
+
+    async def _acquire(self) -> None:
+        # The first call to wait for a slot: every call announced so far is queued
+        # (start_soon's tasks run after the loop that announced them).
+        if self._phase is None:
+            self._set_phase("queued")
+        semaphore = self._semaphore
+        if semaphore is not None:
+            await semaphore.acquire()
+        self._waiting = max(0, self._waiting - 1)
+
+    def _running(self) -> None:
+        """A call of the batch started running."""
+        if self._phase in (None, "queued"):
+            self._set_phase("running")
+
+    def _release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+
+    def _set_phase(self, phase: PhaseName) -> None:
+        self._phase = phase
+        counts: dict[str, int] = {}
+        for h in self._handles:
+            if h.hidden:
+                continue
+            state = h.state
+            key = state.value if state is not None else "created"
+            counts[key] = counts.get(key, 0) + 1
+        self._tracker._publish(
+            BatchPhase,
+            batch_id=self.batch_id,
+            phase=phase,
+            call_ids=tuple(h.call_id for h in self._handles if not h.hidden),
+            counts=counts,
+            run_id=self._tracker._run_for(None),
+        )
+
+    async def __aenter__(self) -> Self:
+        if self._entered:
+            raise RuntimeError("a batch can be entered once")
+        self._entered = True
+        if self.limit is not None:
+            self._semaphore = anyio.Semaphore(self.limit)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            reason = "batch ended"
+            if exc is not None and is_cancellation(exc):
+                reason = cancel_reason(exc)
+            for h in self._handles:
+                if h._state != DONE and h._state != RUNNING:
+                    h.cancel(reason)  # announced but never entered
+            if self._handles:
+                self._set_phase("done")
+
+
+def bind_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A function's arguments by parameter name (what the call's input looks like)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {"args": list(args), "kwargs": kwargs} if args else dict(kwargs)
+    out: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        param = bound.signature.parameters[name]
+        if name in ("self", "cls") and param.kind is param.POSITIONAL_OR_KEYWORD:
+            continue
+        if param.kind is param.VAR_KEYWORD:
+            out.update(value)
+        elif param.kind is param.VAR_POSITIONAL:
+            if value:
+                out[name] = list(value)
+        else:
+            out[name] = value
+    return out

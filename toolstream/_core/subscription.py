@@ -1,0 +1,819 @@
+"""Subscriptions: cursors into a log of events, and what a bus must give them.
+
+This is the seam every bus implements. A bus keeps :class:`Log`\\ s (bounded lists of
+events, with the consumers waiting on them) and is, or gives each subscription, a
+:class:`Feeder`: the lock guarding the logs, the wake-ups due, the counters, and the
+cutting of a subscriber that fell too far behind. A :class:`Subscription` reads
+everything after its cursor in one slice, filters it, coalesces it when it is behind,
+and waits in its consumer's own event loop when there is nothing to read.
+
+Where a subscription starts is worked out in one place, :func:`start_position`, from
+what the bus knows of the session (its retained events, the state before them, the
+oldest position it can still serve): the events to replay, the reset to deliver first,
+and the subscription's :class:`Origin`.
+
+``EventBus`` is one feeder for all its logs. A broker-backed bus gives each
+subscription a feeder and a log of its own, filled by a reader task
+(:class:`toolstream._core.broker.FedSubscription`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from bisect import bisect_left, bisect_right
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import TracebackType
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+import attrs
+from typing_extensions import Self
+
+from .errors import SlowConsumer
+from .events import (
+    DELTA_EVENTS,
+    Event,
+    RunFinished,
+    Snapshot,
+    StreamReset,
+    ToolArgsDelta,
+    ToolOutputDelta,
+    ToolProgress,
+)
+from .ids import make_id, parse_event_id
+from .snapshots import bound_snapshot
+from .view import LiveView
+from .wake import Waiter, checkpoint, current_backend, make_waiter
+
+__all__ = [
+    "Feeder",
+    "Log",
+    "Origin",
+    "Overflow",
+    "Retained",
+    "Start",
+    "StartRequest",
+    "Subscription",
+    "check_subscribe",
+    "coalesce",
+    "start_position",
+    "wake_all",
+]
+
+Overflow: TypeAlias = Literal["coalesce", "disconnect"]
+
+E_co = TypeVar("E_co", bound=Event, covariant=True)
+
+_get_ident = threading.get_ident
+_MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
+
+Wakes: TypeAlias = "list[tuple[Subscription[Any], Waiter]]"
+
+
+def wake_all(wakes: Wakes) -> None:
+    """Wake the consumers of ``wakes`` (outside the lock that collected them)."""
+    if wakes:
+        tid = _get_ident()
+        for _, waiter in wakes:
+            waiter.wake(tid)
+
+
+def check_subscribe(
+    types: Sequence[object],
+    session: str | None,
+    run: str | None,
+    after: str | None,
+    snapshot: bool,
+    buffer: object,
+    overflow: object,
+) -> None:
+    """The argument checks every bus's ``subscribe`` and ``resume`` make (TypeError /
+    ValueError)."""
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, Event)):
+            raise TypeError(f"subscribe() takes event classes, got {t!r}")
+    if after is not None and snapshot:
+        raise ValueError("after= and snapshot=True exclude each other")
+    if session is not None and (not isinstance(session, str) or not session):
+        raise ValueError(f"session must be a non-empty string or None, got {session!r}")
+    if run is not None and session is None:
+        raise ValueError("run= needs session=: run ids are scoped to a session")
+    if not isinstance(buffer, int) or buffer < 1:
+        raise ValueError(f"buffer must be a positive int, got {buffer!r}")
+    if overflow not in ("coalesce", "disconnect"):
+        raise ValueError(f"overflow must be 'coalesce' or 'disconnect', got {overflow!r}")
+
+
+class Log:
+    """One bounded, append-only list of events (a session's, or the all-sessions one),
+    with the subscriptions reading it and the consumers waiting on it."""
+
+    __slots__ = (
+        "base",
+        "events",
+        "last_ts",
+        "nbytes",
+        "resets",
+        "seqs",
+        "session",
+        "sizes",
+        "subs",
+        "trimmed_seq",
+        "view",
+        "waiters",
+    )
+
+    def __init__(self, session: str | None, trimmed_seq: int, view: LiveView | None) -> None:
+        self.session = session
+        self.events: list[Event] = []
+        #: The sequence number of each event (the number in its id).
+        self.seqs: list[int] = []
+        self.sizes: list[int] = []
+        self.base = 0  # absolute position of events[0]
+        self.nbytes = 0
+        #: Every event of this log with a seq <= trimmed_seq is gone.
+        self.trimmed_seq = trimmed_seq
+        self.waiters: Wakes = []
+        self.subs: set[Subscription[Any]] = set()
+        #: The session's state at position ``base`` (events before it applied).
+        self.view = view
+        self.last_ts = 0.0
+        #: Bounded reset snapshots by (absolute position, run): clients connecting at
+        #: the same moment share one (see :class:`Retained`).
+        self.resets: dict[tuple[int, str | None], Snapshot] = {}
+
+    @property
+    def end(self) -> int:
+        """The absolute position after the newest event."""
+        return self.base + len(self.events)
+
+    def take_waiters(self) -> Wakes:
+        """Unregister every waiting consumer and return them, to be woken."""
+        wakes = self.waiters
+        if wakes:
+            self.waiters = []
+        return wakes
+
+
+@attrs.define
+class FeederStats:
+    """What a feeder counts."""
+
+    #: Events merged away by ``overflow="coalesce"`` subscriptions.
+    coalesced: int = 0
+    #: Subscriptions cut with ``SlowConsumer``.
+    cut: int = 0
+    #: Resets delivered because a cursor could not be served.
+    resets: int = 0
+
+
+class Feeder:
+    """What a :class:`Subscription` needs of whatever feeds its log: a lock guarding the
+    log, the wake-ups due, counters, and cutting or unregistering a subscriber.
+
+    ``EventBus`` has one for all its logs; a broker-backed bus one per subscription.
+    """
+
+    __slots__ = ("closed", "lock", "released", "stats", "wakes")
+
+    def __init__(self, stats: FeederStats | None = None) -> None:
+        #: Guards every log this feeder feeds, and the subscriptions' cursors.
+        self.lock = threading.Lock()
+        #: Consumers to wake once the lock is released.
+        self.wakes: Wakes = []
+        self.stats = stats if stats is not None else FeederStats()
+        #: True once the bus closed: subscriptions end when they have read everything.
+        self.closed = False
+        #: Called (lock held) with a log a subscription just left: a bus may forget a
+        #: log nobody reads and nothing was published to.
+        self.released: Callable[[Log], None] | None = None
+
+    def cut(self, sub: Subscription[Any], log: Log) -> None:
+        """Cut ``sub`` for falling behind (lock held): its next read raises SlowConsumer."""
+        if sub._cut:
+            return
+        sub._cut = True
+        self.stats.cut += 1
+        log.subs.discard(sub)
+        self.unregister(sub, log, wake=True)
+
+    def unregister(self, sub: Subscription[Any], log: Log, *, wake: bool) -> None:
+        """Remove ``sub``'s waiting consumer from ``log`` (lock held), to be woken later
+        (``take_wakes``) when ``wake``."""
+        kept = []
+        for entry in log.waiters:
+            if entry[0] is sub:
+                if wake:
+                    self.wakes.append(entry)
+            else:
+                kept.append(entry)
+        log.waiters = kept
+
+    def take_wakes(self) -> Wakes:
+        """The wake-ups collected so far (lock held); wake them after releasing it."""
+        wakes = self.wakes
+        if wakes:
+            self.wakes = []
+        return wakes
+
+
+# -- coalescing ---------------------------------------------------------------------------
+
+
+def coalesce(events: list[Event]) -> tuple[list[Event], int]:
+    """Per call, merge runs of text deltas and keep only the newest progress / partial
+    output. Run and lifecycle events are never dropped, and a call's events keep their
+    order. Returns (events, how many were merged away)."""
+    out: list[Event | None] = []
+    last: dict[str, int] = {}
+    merged = 0
+    for event in events:
+        kind = type(event)
+        call_id = event.call_id
+        if call_id and kind in DELTA_EVENTS:
+            j = last.get(call_id)
+            if j is not None:
+                prev = out[j]
+                if type(prev) is kind:
+                    combined = _merge(prev, event)
+                    if combined is not None:
+                        out[j] = None
+                        out.append(combined)
+                        last[call_id] = len(out) - 1
+                        merged += 1
+                        continue
+        out.append(event)
+        if call_id:
+            last[call_id] = len(out) - 1
+    return [e for e in out if e is not None], merged
+
+
+def _merge(prev: Event, event: Event) -> Event | None:
+    """``event`` absorbing ``prev`` (same call, same kind), or None if they stay apart.
+    A merged event keeps the id of the newest one, so resume cursors stay valid."""
+    if isinstance(event, ToolArgsDelta) and isinstance(prev, ToolArgsDelta):
+        if len(prev.delta) + len(event.delta) > _MERGED_TEXT_LIMIT:
+            return None
+        return attrs.evolve(event, delta=prev.delta + event.delta)
+    if isinstance(event, ToolOutputDelta) and isinstance(prev, ToolOutputDelta):
+        if len(prev.text) + len(event.text) > _MERGED_TEXT_LIMIT:
+            return None
+        return attrs.evolve(event, text=prev.text + event.text)
+    if (
+        isinstance(event, ToolProgress)
+        and isinstance(prev, ToolProgress)
+        and event.message is None
+        and prev.message is not None
+    ):
+        return attrs.evolve(event, message=prev.message)
+    return event  # progress, partial output: the newest replaces the older
+
+
+# -- where a subscription starts ------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Origin:
+    """Where a subscription starts reading, and (for :meth:`Bus.resume`) what a client
+    that read up to there already has.
+
+    A transport that resumes a client mid-stream brings its dialect to where the client
+    was from ``base`` and ``history``; ``state`` is the session's state at the start.
+    """
+
+    #: True when the first thing delivered is a ``StreamReset`` (no cursor, a cursor the
+    #: bus cannot serve, or a run that already finished).
+    reset: bool
+    #: The id just before the first event delivered: resume with ``after=`` it if cut
+    #: before anything was delivered.
+    after: str
+    #: (resume) The session's state (of the run, with ``run=``) before ``history``.
+    base: Snapshot | None = None
+    #: (resume) The retained events from ``base`` up to the start, as this subscription
+    #: delivers them (its types and run).
+    history: tuple[Event, ...] = ()
+    #: (resume) The session's state (of the run) where reading starts.
+    state: Snapshot | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StartRequest:
+    """What a subscriber asked for, as :func:`start_position` needs it."""
+
+    after: str | None = None
+    #: With ``after``: start *at* that event (a client cut between its wire messages).
+    at: bool = False
+    snapshot: bool = False
+    run: str | None = None
+    #: Work out ``Origin.base``, ``history`` and ``state`` (:meth:`Bus.resume`).
+    resume: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Start:
+    """Where a subscription starts: ``events[index:]`` are delivered (replayed), after
+    ``reset`` when there is one; ``done`` when nothing follows the reset."""
+
+    index: int
+    reset: StreamReset | None
+    done: bool
+    origin: Origin
+
+
+def cursor_index(
+    seqs: Sequence[int], after: str, *, epoch: str, floor: int, last: int, at: bool = False
+) -> int | None:
+    """The index in ``seqs`` of the first event after id ``after`` (at it, with ``at``),
+    or None if that cannot be served exactly: another epoch, from the future, older than
+    ``floor`` (every event up to ``floor`` is gone), or not an id."""
+    try:
+        cursor_epoch, seq = parse_event_id(after)
+    except ValueError:
+        return None
+    if cursor_epoch != epoch or seq > last or seq < floor:
+        return None
+    if at:
+        return None if seq <= floor else bisect_left(seqs, seq)
+    return bisect_right(seqs, seq)
+
+
+_RESET_CACHE = 8  # bounded snapshots kept per log
+
+
+class Retained:
+    """What a bus knows of one session, as :func:`start_position` reads it: the retained
+    ``events`` and their sequence numbers ``seqs``, the state ``base`` before
+    ``events[0]`` (never changed here), and ``floor``: every event with a sequence up to
+    it is gone. ``cache`` (keyed by ``offset + k``, an absolute position) lets
+    subscriptions starting at the same position share one reset snapshot."""
+
+    __slots__ = ("base", "cache", "events", "floor", "offset", "seqs")
+
+    def __init__(
+        self,
+        events: Sequence[Event],
+        seqs: Sequence[int],
+        base: LiveView,
+        floor: int,
+        *,
+        cache: dict[tuple[int, str | None], Snapshot] | None = None,
+        offset: int = 0,
+    ) -> None:
+        self.events = events
+        self.seqs = seqs
+        self.base = base
+        self.floor = floor
+        self.cache = cache
+        self.offset = offset
+
+    def state(self, k: int) -> LiveView:
+        """The state after ``events[:k]``."""
+        view = self.base.copy()
+        view.fold(list(self.events[:k]))
+        return view
+
+    def reset_snapshot(
+        self, k: int, run: str | None, budget: int, view: LiveView | None = None
+    ) -> Snapshot:
+        """The bounded snapshot (of ``run``) after ``events[:k]``."""
+        key = (self.offset + k, run)
+        cache = self.cache
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
+        if view is None:
+            view = self.state(k)
+        snapshot = bound_snapshot(view.snapshot(run_id=run), budget)
+        if cache is not None:
+            if len(cache) >= _RESET_CACHE:
+                cache.clear()
+            cache[key] = snapshot
+        return snapshot
+
+
+def start_position(
+    request: StartRequest,
+    matches: Callable[[Event], bool],
+    retained: Retained,
+    *,
+    session: str,
+    epoch: str,
+    live_seq: int,
+    last_seq: int,
+    ts: float,
+    reset_bytes: int,
+) -> Start:
+    """Where a subscription to ``session`` starts, from what the bus ``retained``.
+
+    - ``live_seq``: the position a subscription without a cursor starts after (events
+      with a higher sequence are delivered); ``last_seq``: the newest position (where the
+      reset of a finished run stands).
+    - ``matches(event)``: the subscription's filter (types, run), for ``Origin.history``.
+    - ``reset_bytes``: the budget of a reset's snapshot.
+    """
+    run = request.run
+    events, seqs, floor = retained.events, retained.seqs, retained.floor
+    state = retained.state
+    index: int | None = None
+    if request.after is not None:
+        index = cursor_index(
+            seqs, request.after, epoch=epoch, floor=floor, last=last_seq, at=request.at
+        )
+    need_reset = request.snapshot or (request.after is not None and index is None)
+    live = bisect_right(seqs, live_seq)
+    start = live if index is None else index
+    done = False
+    end_state: LiveView | None = None
+    if run is not None:
+        end_state = state(len(events))
+        info = end_state.runs.get(run)
+        if info is not None and info.state != "running":
+            ends_later = any(type(e) is RunFinished and e.run_id == run for e in events[start:])
+            if need_reset or not ends_later:
+                need_reset = done = True
+    if not need_reset:
+        after = request.after if request.after is not None else make_id(epoch, live_seq)
+        if not request.resume:
+            return Start(
+                index=start, reset=None, done=False, origin=Origin(reset=False, after=after)
+            )
+        return Start(
+            index=start,
+            reset=None,
+            done=False,
+            origin=Origin(
+                reset=False,
+                after=after,
+                base=retained.base.snapshot(run_id=run),
+                history=tuple(e for e in events[:start] if matches(e)),
+                state=state(start).snapshot(run_id=run),
+            ),
+        )
+    if done:
+        start, position, view = len(events), last_seq, end_state
+    else:
+        start, position, view = live, live_seq, None
+    snapshot = retained.reset_snapshot(start, run, reset_bytes, view)
+    reset = StreamReset(
+        id=make_id(epoch, position), session=session, ts=ts, run_id=run, snapshot=snapshot
+    )
+    origin = Origin(
+        reset=True,
+        after=reset.id,
+        state=snapshot if request.resume else None,
+        base=snapshot if request.resume else None,
+    )
+    return Start(index=start, reset=reset, done=done, origin=origin)
+
+
+# -- subscriptions ---------------------------------------------------------------------------
+
+
+class Subscription(Generic[E_co]):
+    """A cursor into the bus: iterate it (``async for``) or take batches of events.
+
+    Create with :meth:`EventBus.subscribe` (or ``resume``); use as ``async with`` (or
+    call :meth:`close`) so the bus can release it. Iteration checkpoints once per batch
+    taken from the bus, not once per event.
+    """
+
+    def __init__(
+        self,
+        feeder: Feeder,
+        types: Sequence[type[Event]],
+        session: str | None,
+        run: str | None,
+        buffer: int,
+        overflow: Overflow,
+    ) -> None:
+        self._feeder = feeder
+        #: The session read, or None for all sessions.
+        self.session = session
+        #: The run this subscription is limited to, if any.
+        self.run = run
+        #: The event classes delivered (every class when empty); resets always are.
+        self.types: tuple[type[Event], ...] = tuple(types)
+        self.buffer = buffer
+        self.overflow = overflow
+        #: Id of the newest event this subscription delivered: resume with ``after=`` it.
+        self.last_id: str | None = None
+        #: Events merged away by coalescing.
+        self.coalesced = 0
+        #: Where the subscription starts (final once :meth:`prepare` returned).
+        self.origin: Origin | None = None
+        self._filter: tuple[type[Event], ...] | None = (
+            None if not types or Event in types else (*types, StreamReset)
+        )
+        self._limit = buffer if overflow == "disconnect" else 2 * buffer
+        self._log: Log | None = None
+        self._cursor = 0
+        self._replay_end = 0
+        self._pending: list[StreamReset] = []  # resets due before the next slice
+        self._buf: list[Any] = []
+        self._buf_i = 0
+        self._cut = False
+        self._done = False
+        self._closed = False
+        self._backend: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Subscription session={self.session!r} run={self.run!r} "
+            f"last_id={self.last_id!r} closed={self.closed}>"
+        )
+
+    # -- where it starts ------------------------------------------------------------------
+
+    @property
+    def starts_with_reset(self) -> bool:
+        """True when the first thing delivered is a ``StreamReset`` (no cursor, or one
+        that could not be served). Final once :meth:`prepare` returned."""
+        return self.origin is not None and self.origin.reset
+
+    @property
+    def start_after(self) -> str | None:
+        """The id of the event just before the first one delivered (resume with
+        ``after=`` it if cut before anything was delivered). Final after :meth:`prepare`."""
+        return None if self.origin is None else self.origin.after
+
+    @property
+    def state(self) -> Snapshot | None:
+        """Deprecated: ``sub.origin.state`` (of a subscription made by ``bus.resume``)."""
+        warnings.warn(
+            "Subscription.state is deprecated: use bus.resume(...) and sub.origin.state",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return None if self.origin is None else self.origin.state
+
+    @property
+    def history(self) -> list[Event]:
+        """Deprecated: ``sub.origin.history`` (of a subscription made by ``bus.resume``)."""
+        warnings.warn(
+            "Subscription.history is deprecated: use bus.resume(...) and sub.origin.history",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return [] if self.origin is None else list(self.origin.history)
+
+    @property
+    def history_state(self) -> Snapshot | None:
+        """Deprecated: ``sub.origin.base`` (of a subscription made by ``bus.resume``)."""
+        warnings.warn(
+            "Subscription.history_state is deprecated: use bus.resume(...) and sub.origin.base",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return None if self.origin is None else self.origin.base
+
+    def _begin(self, log: Log, start: Start, *, cursor: int, replay_end: int) -> None:
+        """Point the subscription at absolute position ``cursor`` of ``log``, as ``start``
+        says (feeder lock held); events before ``replay_end`` are replayed ones."""
+        self._log = log
+        self._cursor = cursor
+        self._replay_end = replay_end
+        self.origin = start.origin
+        if start.reset is not None:
+            self._pending = [start.reset]
+        if start.done:
+            self._done = True
+        else:
+            log.subs.add(self)
+
+    def matches(self, event: Event) -> bool:
+        """Whether this subscription delivers ``event`` (its types and run)."""
+        if self.run is not None and event.run_id != self.run:
+            return False
+        kinds = self._filter
+        return kinds is None or isinstance(event, kinds)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once closed, ended (its run finished, the bus closed) or cut."""
+        return self._closed or self._done or self._cut
+
+    @property
+    def backlog(self) -> int:
+        """How many events are published and not yet taken by this subscription."""
+        log = self._log
+        return 0 if log is None else max(0, log.end - self._cursor)
+
+    def close(self) -> None:
+        """Release the subscription; a consumer waiting on it stops iterating."""
+        feeder = self._feeder
+        with feeder.lock:
+            if self._closed:
+                return
+            self._closed = True
+            log = self._log
+            if log is not None:
+                log.subs.discard(self)
+                feeder.unregister(self, log, wake=True)
+                if feeder.released is not None:
+                    feeder.released(log)
+            wakes = feeder.take_wakes()
+        wake_all(wakes)
+
+    async def aclose(self) -> None:
+        """Release the subscription."""
+        self.close()
+
+    async def prepare(self) -> None:
+        """Wait until the subscription knows where it starts: ``origin`` (and so
+        ``starts_with_reset`` and ``start_after``) is final afterwards.
+
+        Immediate on :class:`EventBus` (final when ``subscribe`` returns); a
+        broker-backed bus reads it from the broker. Iterating calls it first.
+        """
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- taking events ---------------------------------------------------------------
+
+    def _take(self, waiter: Waiter | None) -> list[Any] | None:
+        """Everything after the cursor (filtered, coalesced); [] if nothing yet (the
+        waiter, if given, is registered); None when the subscription has ended."""
+        feeder = self._feeder
+        with feeder.lock:
+            pending = self._pending
+            if pending:
+                self._pending = []
+            elif self._closed or self._done:
+                if self._log is not None:
+                    self._log.subs.discard(self)
+                return None
+            if self._cut:
+                raise self._slow("it fell too far behind")
+            log = self._log
+            if log is None:  # not started yet (a broker bus before prepare())
+                return pending
+            base = log.base
+            end = base + len(log.events)
+            cursor = self._cursor
+            batch: list[Event] = []
+            replayed = 0
+            if cursor < end:
+                if cursor < base:
+                    feeder.cut(self, log)
+                    raise self._slow("events it had not read left the replay window")
+                if end - max(cursor, self._replay_end) > self._limit:
+                    feeder.cut(self, log)
+                    raise self._slow(f"its backlog passed {self._limit} events")
+                batch = log.events[cursor - base :]
+                replayed = max(0, self._replay_end - cursor)
+                self._cursor = end
+            elif not pending:
+                if feeder.closed:
+                    return None
+                if waiter is not None:
+                    log.waiters.append((self, waiter))
+                return []
+        if replayed:
+            replay = self._deliverable(batch[:replayed])
+            live = [] if self._done else self._deliverable(batch[replayed:])
+            batch = replay
+        else:
+            live = self._deliverable(batch)
+            batch = []
+        if len(live) > self.buffer:
+            live, merged = coalesce(live) if self.overflow == "coalesce" else (live, 0)
+            if merged:
+                self.coalesced += merged
+                feeder.stats.coalesced += merged
+            if len(live) > self.buffer:
+                with feeder.lock:
+                    if self._log is not None:
+                        feeder.cut(self, self._log)
+                raise self._slow(f"more than {self.buffer} events were waiting for it")
+        out = pending + batch + live if pending or batch else live
+        if not out and self._done:
+            return None
+        return out
+
+    def _deliverable(self, events: list[Event]) -> list[Event]:
+        kinds = self._filter
+        run = self.run
+        if kinds is None and run is None:
+            return events
+        out = []
+        for event in events:
+            if run is not None and event.run_id != run:
+                continue
+            if kinds is None or isinstance(event, kinds):
+                out.append(event)
+            if run is not None and type(event) is RunFinished:
+                self._done = True
+                break
+        return out
+
+    def _slow(self, why: str) -> SlowConsumer:
+        return SlowConsumer(
+            f"subscription to session {self.session!r} was cut: {why}; "
+            f"resume with after={self.last_id!r}",
+            last_id=self.last_id,
+        )
+
+    async def _fill(self) -> bool:
+        """Wait until the local buffer holds events; False when the subscription ended.
+
+        A batch is parked in the buffer *before* the checkpoint that follows taking it,
+        so a cancellation there (a heartbeat timeout, a cancelled consumer) loses
+        nothing: the next read returns it.
+        """
+        backend = self._backend
+        if backend is None:
+            backend = self._backend = current_backend()
+        while True:
+            batch = self._take(None)
+            if batch is None:
+                return False
+            if batch:
+                self._buf, self._buf_i = batch, 0
+                await checkpoint(backend)
+                return True
+            waiter = make_waiter(backend)
+            batch = self._take(waiter)
+            if batch is None:
+                return False
+            if batch:
+                # Data arrived between the two takes; the registration is harmless.
+                self._discard(waiter)
+                self._buf, self._buf_i = batch, 0
+                return True
+            await waiter.wait(functools.partial(self._discard, waiter))
+            if self._buf_i < len(self._buf):  # pragma: no cover - defensive
+                return True
+
+    def _discard(self, waiter: Waiter) -> None:
+        with self._feeder.lock:
+            log = self._log
+            if log is not None:
+                log.waiters = [w for w in log.waiters if w[1] is not waiter]
+
+    def take_nowait(self) -> list[E_co]:
+        """Everything available now (possibly nothing), without waiting.
+
+        Raises ``SlowConsumer`` if the subscription was cut. For consumers that poll
+        from a thread, and for tests.
+        """
+        out: list[Any] = []
+        if self._buf_i < len(self._buf):
+            out = self._buf[self._buf_i :]
+            self._buf, self._buf_i = [], 0
+        more = self._take(None)
+        if more:
+            out.extend(more)
+        if out:
+            self.last_id = out[-1].id
+        return out
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> E_co:
+        i = self._buf_i
+        if i >= len(self._buf):
+            if not await self._fill():
+                raise StopAsyncIteration
+            i = 0
+        event = self._buf[i]
+        self._buf_i = i + 1
+        self.last_id = event.id
+        return event  # type: ignore[no-any-return]
+
+    def batches(self) -> AsyncIterator[list[E_co]]:
+        """Iterate lists of events: everything available at each wake-up (transports
+        write one list with one send)."""
+        return _Batches(self)
+
+
+class _Batches(Generic[E_co]):
+    __slots__ = ("_sub",)
+
+    def __init__(self, sub: Subscription[E_co]) -> None:
+        self._sub = sub
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> list[E_co]:
+        sub = self._sub
+        if sub._buf_i >= len(sub._buf) and not await sub._fill():
+            raise StopAsyncIteration
+        batch = sub._buf[sub._buf_i :]
+        sub._buf, sub._buf_i = [], 0
+        sub.last_id = batch[-1].id
+        return batch

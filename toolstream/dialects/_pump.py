@@ -1,0 +1,172 @@
+"""The one loop that turns a subscription into a transport's output.
+
+A :class:`Pump` reads a subscription in batches, encodes each event with the stream's
+dialect (:class:`Encoder`: frame ids, resume skips) and formats every frame for its
+transport (:class:`WireFormat`: SSE bytes, a WebSocket text, the frame itself).
+``SSEApp``, ``sse.frames``, ``WebSocketApp`` and :func:`toolstream.dialects.render`
+all pump through it, so what one sends the others send too.
+
+Encodings of stateless dialects can be shared between the clients of one transport
+(:class:`FrameCache`): an event sent to 100 clients is encoded once. Whether an event
+may be shared is the encoder's decision (:meth:`Encoder.shares`), never the cache's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, Hashable
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+
+from toolstream import Event, Subscription
+
+from ._base import EncodedFrame, Encoder
+from .native import Native
+
+__all__ = ["FrameCache", "Pump", "WireFormat"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class WireFormat(Protocol[T_co]):
+    """How a transport writes one frame (SSE: bytes, WebSocket: a text message)."""
+
+    def frame(self, frame: EncodedFrame) -> T_co:
+        """One frame, as the transport sends it."""
+        ...
+
+    def native(self, event: Event) -> T_co | None:
+        """The native dialect's one frame for ``event`` written directly (cheaper than
+        through ``frame``), or None to go through ``frame``."""
+        ...
+
+
+class FrameCache(Generic[T]):
+    """Formatted encodings shared by the clients of one transport, by (dialect, session,
+    event id): bounded, oldest out first. ``users`` is the number of streams that may
+    read it; with one there is nobody to share with and it is bypassed."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.users = 0
+        self._items: dict[Hashable, tuple[T, ...]] = {}
+
+    def get(self, key: Hashable) -> tuple[T, ...] | None:
+        """The encoding stored under ``key``, if any."""
+        return self._items.get(key)
+
+    def put(self, key: Hashable, value: tuple[T, ...]) -> None:
+        """Store an encoding (dropping the oldest quarter when full)."""
+        items = self._items
+        if len(items) >= self.size:
+            for old in list(items)[: self.size // 4]:
+                del items[old]
+        items[key] = value
+
+
+class Pump(Generic[T]):
+    """One stream: its ``subscription``, its ``encoder``, the ``initial`` frames to send
+    first (a reset re-encoded for a client cut inside it), written in ``fmt``."""
+
+    def __init__(
+        self,
+        subscription: Subscription[Any],
+        encoder: Encoder,
+        fmt: WireFormat[T],
+        *,
+        initial: list[EncodedFrame] | None = None,
+        cache: FrameCache[T] | None = None,
+    ) -> None:
+        self.subscription = subscription
+        self.encoder = encoder
+        self.fmt = fmt
+        self.initial = initial or []
+        self.cache = cache if cache is not None and encoder.dialect.stateless else None
+        self._native = type(encoder.dialect) is Native
+
+    def opening(self) -> list[T]:
+        """The dialect's preamble and the initial frames."""
+        fmt = self.fmt
+        return [fmt.frame(f) for f in (*self.encoder.open(), *self.initial)]
+
+    def closing(self) -> list[T]:
+        """The dialect's epilogue."""
+        fmt = self.fmt
+        return [fmt.frame(f) for f in self.encoder.close()]
+
+    def encode(self, batch: list[Event]) -> list[T]:
+        """A batch of events, encoded and formatted."""
+        encoder = self.encoder
+        cache = self.cache
+        if cache is not None and cache.users < 2:
+            cache = None
+        out: list[T] = []
+        for event in batch:
+            if cache is not None and encoder.shares(event):
+                key = (encoder.dialect.name, event.session, event.id)
+                found = cache.get(key)
+                if found is None:
+                    found = self._encode(event)
+                    cache.put(key, found)
+                else:
+                    encoder.passed(event)
+                out += found
+            else:
+                out += self._encode(event)
+        return out
+
+    def _encode(self, event: Event) -> tuple[T, ...]:
+        encoder = self.encoder
+        if self._native and encoder.shares(event):
+            written = self.fmt.native(event)
+            if written is not None:
+                encoder.passed(event)
+                return (written,)
+        fmt = self.fmt
+        return tuple(fmt.frame(f) for f in encoder.encode(event))
+
+    async def chunks(self, heartbeat: float | None = None) -> AsyncGenerator[list[T] | None, None]:
+        """Everything to send, a chunk per batch of events: the opening first, the
+        closing when the subscription ends; ``None`` after ``heartbeat`` idle seconds.
+
+        ``SlowConsumer`` (the subscription was cut) and ``DialectError`` propagate.
+        Use with ``contextlib.aclosing`` so that stopping early releases it at once.
+        """
+        first = self.opening()
+        if first:
+            yield first
+        batches = self.subscription.batches()
+        wait = math.inf if heartbeat is None else heartbeat
+        while True:
+            batch: list[Event] | None = None
+            ended = False
+            with anyio.move_on_after(wait):
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:
+                    ended = True
+            if ended:
+                break
+            if batch is None:
+                yield None
+                continue
+            chunk = self.encode(batch)
+            if chunk:
+                yield chunk
+        last = self.closing()
+        if last:
+            yield last
+
+
+class FrameFormat:
+    """Frames as they are (what :func:`toolstream.dialects.render` yields)."""
+
+    def frame(self, frame: EncodedFrame) -> EncodedFrame:
+        """The frame itself."""
+        return frame
+
+    def native(self, event: Event) -> EncodedFrame | None:
+        """No shortcut: frames go through the encoder."""
+        return None
