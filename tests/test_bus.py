@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import json
 from typing import Any
 
 import anyio
@@ -361,3 +364,70 @@ def test_start_after_says_where_a_subscription_begins() -> None:
     assert resumed.start_after == first.id
     fresh = bus.subscribe(session="s", snapshot=True)
     assert fresh.start_after == bus.position
+
+
+def test_a_closed_consumer_loop_never_breaks_the_producer() -> None:
+    # A consumer waits in an asyncio loop that is then closed without being cancelled
+    # (a framework that drives its own loop); the same thread goes on publishing.
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    sub = bus.subscribe(session="s")
+
+    async def consume() -> None:
+        async for _ in sub:
+            pass
+
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda loop, context: None)  # "Task was destroyed": meant
+    task = loop.create_task(consume())
+    loop.run_until_complete(asyncio.sleep(0.05))  # the consumer waits on the bus
+    loop.close()
+    with tracker.call("t", {"x": 1}) as call:  # must not raise "Event loop is closed"
+        call.progress(0.5)
+        call.complete("ok")
+    assert [e.type for e in bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()] == [
+        "tool.started",
+        "tool.progress",
+        "tool.completed",
+    ]
+    del task
+    gc.collect()
+
+
+def test_a_reset_is_bounded_whatever_the_session_holds() -> None:
+    bus = ts.EventBus(replay=100)
+    tracker = ts.Tracker(bus, "s", payload=ts.PayloadPolicy(max_bytes=None))
+    streaming = tracker.create("big_input", call_id="open")
+    for _ in range(64):  # 4 MiB of input, each delta within the payload cap
+        streaming.args_delta('"' + "x" * 65_534 + '",')
+    for i in range(500):  # 500 finished calls, each within the cap
+        tracker.create("t", call_id=f"done{i}").complete("y" * 30_000)
+    reset = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert isinstance(reset, ts.StreamReset)
+    size = len(json.dumps(ts.to_dict(reset)))
+    assert size <= bus.reset_bytes * 1.1, size
+    calls = {c.call_id: c for c in reset.snapshot.calls}
+    assert "open" in calls, "open calls always stay"
+    assert len(calls["open"].args_text.encode()) <= 32 * 1024
+    kept = [c for c in reset.snapshot.calls if c.state.terminal]
+    assert kept and kept[-1].call_id == "done499", "the newest finished calls stay"
+    # Clients connecting at the same position share one snapshot.
+    again = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert isinstance(again, ts.StreamReset)
+    assert again.snapshot is reset.snapshot
+    assert bus.snapshot("s") is reset.snapshot
+
+
+def test_sessions_only_subscribed_to_are_swept_on_an_idle_bus() -> None:
+    now = [1000.0]
+    bus = ts.EventBus(session_ttl=1, clock=lambda: now[0])
+    for i in range(5000):
+        bus.subscribe(session=f"idle-{i}").close()
+    assert bus.sessions() == [], "a log nobody reads and nobody wrote to goes at once"
+    kept = [bus.subscribe(session=f"held-{i}") for i in range(10)]
+    now[0] += 10
+    bus.subscribe(session="another").close()  # a subscribe sweeps too, no publish needed
+    assert sorted(bus.sessions()) == sorted(f"held-{i}" for i in range(10))
+    for sub in kept:
+        sub.close()
+    assert bus.sessions() == []

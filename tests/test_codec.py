@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolstream as ts
 from toolstream.schema import render
@@ -214,3 +216,58 @@ def test_decode_error_is_a_value_error_and_a_toolstream_error() -> None:
 def test_to_dict_rejects_non_events() -> None:
     with pytest.raises(TypeError):
         ts.to_dict(object())  # type: ignore[arg-type]
+
+
+def test_a_list_in_an_enum_field_is_a_decode_error() -> None:
+    snapshot = {"calls": [{"call_id": "c", "tool": "t", "state": ["running"]}]}
+    data = {"v": 1, "type": "stream.reset", "id": "e-1", "session": "s", "ts": 0.0}
+    with pytest.raises(ts.EventDecodeError, match="state"):
+        ts.from_dict({**data, "snapshot": snapshot})
+    with pytest.raises(ts.EventDecodeError, match="outcome"):
+        ts.from_dict({**data, "type": "run.finished", "outcome": {"x": 1}})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_FIELDS = st.sampled_from(
+    [
+        "v",
+        "type",
+        "id",
+        "session",
+        "ts",
+        "call_id",
+        "tool",
+        "snapshot",
+        "calls",
+        "state",
+        "outcome",
+        "error",
+        "args",
+        "counts",
+        "call_ids",
+        "phase",
+        "fraction",
+        "runs",
+        "batches",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from([cls.type for cls in ts.EVENT_TYPES]),
+    st.dictionaries(_FIELDS, _JSON | st.dictionaries(_FIELDS, _JSON, max_size=5), max_size=10),
+)
+def test_any_json_decodes_or_raises_event_decode_error(kind: str, data: dict[str, Any]) -> None:
+    data = {"v": 1, "type": kind, "id": "e-1", "session": "s", "ts": 1.0, **data}
+    try:
+        event = ts.from_dict(data)
+    except ts.EventDecodeError:
+        return
+    assert ts.from_dict(json.loads(json.dumps(ts.to_dict(event)))) == event

@@ -670,3 +670,181 @@ def test_every_provider_reassembles_any_split(data: st.DataObject) -> None:
         first = ingest.finish()[0]
         assert first.args_text == text
         assert first.args == json.loads(text)
+
+
+# -- hostile and repeated streams -----------------------------------------------------------
+
+
+def _repeat(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The stream with every event of ``kind`` sent twice (a provider or proxy that
+    repeats a start event)."""
+    out: list[dict[str, Any]] = []
+    for event in events:
+        out.append(event)
+        if event.get("type") == kind:
+            out.append(copy.deepcopy(event))
+    return out
+
+
+def _run_returned(rec: Recording, ingest: Any) -> list[str]:
+    ready = ingest.finish()
+    for handle in ready:  # what the docs tell the agent loop to do
+        with rec.tracker.call(handle.tool, handle.args, call_id=handle.call_id) as call:
+            call.complete("done")
+    assert_lifecycle(rec.take())
+    return [h.call_id for h in ready]
+
+
+@pytest.mark.parametrize(
+    ("make", "events"),
+    [
+        (AnthropicIngest, lambda: _repeat(anthropic_fixture(ARGS_A), "content_block_start")),
+        (
+            OpenAIResponsesIngest,
+            lambda: _repeat(responses_fixture(ARGS_A), "response.output_item.added"),
+        ),
+    ],
+    ids=["anthropic", "responses"],
+)
+def test_a_repeated_start_event_returns_each_call_once(make: Any, events: Any) -> None:
+    rec = Recording()
+    ingest = make(rec.tracker)
+    for event in events():
+        ingest.feed(event)
+    ids = _run_returned(rec, ingest)
+    assert len(ids) == len(set(ids)), ids
+    assert ingest.calls[0].args == json.loads("".join(ARGS_A)), "the input is not doubled"
+
+
+def test_one_chat_call_id_at_two_indexes_is_one_call() -> None:
+    rec = Recording()
+    ingest = OpenAIChatIngest(rec.tracker)
+    ingest.feed(
+        chat_chunk({"tool_calls": [tool_fragment(0, '{"a": 1}', call_id="call_X", name="f")]})
+    )
+    ingest.feed(chat_chunk({"tool_calls": [tool_fragment(1, "", call_id="call_X", name="f")]}))
+    ingest.feed(chat_chunk({}, "tool_calls"))
+    assert _run_returned(rec, ingest) == ["call_X"]
+
+
+@pytest.mark.parametrize(
+    ("make", "chunk", "message"),
+    [
+        (OpenAIChatIngest, b"\xff\xfe not utf-8", "not JSON"),
+        (OpenAIResponsesIngest, {"type": "response.output_item.added", "item": {"type": []}}, ""),
+        (
+            OpenAIResponsesIngest,
+            {
+                "type": "response.output_item.added",
+                "item": {"type": "function_call", "id": "fc_1", "name": ""},
+            },
+            "'name' is empty",
+        ),
+        (
+            AnthropicIngest,
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": ""},
+            },
+            "'name' is empty",
+        ),
+        (
+            OpenAIChatIngest,
+            chat_chunk({"tool_calls": [tool_fragment(0, "", call_id="c", name="bad\ud800")]}),
+            "cannot announce",
+        ),
+    ],
+)
+def test_malformed_chunks_raise_only_provider_stream_errors(
+    make: Any, chunk: Any, message: str
+) -> None:
+    ingest = make(Recording().tracker)
+    if message:
+        with pytest.raises(ts.ProviderStreamError, match=message):
+            ingest.feed(chunk)
+    else:
+        ingest.feed(chunk)  # a non-call item: ignored
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(
+    [
+        "type",
+        "index",
+        "id",
+        "call_id",
+        "name",
+        "item",
+        "item_id",
+        "delta",
+        "arguments",
+        "content_block",
+        "partial_json",
+        "choices",
+        "tool_calls",
+        "function",
+        "finish_reason",
+        "message",
+        "error",
+        "response",
+        "input",
+        "custom",
+        "output_index",
+        "stop_reason",
+    ]
+)
+_TYPES = st.sampled_from(
+    [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.failed",
+        "error",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_start",
+        "message_stop",
+        "tool_use",
+        "function_call",
+        "input_json_delta",
+        "text_delta",
+    ]
+)
+_CHUNK = st.one_of(
+    _JSONISH,
+    st.binary(max_size=20),
+    st.dictionaries(
+        _KEYS,
+        st.one_of(_JSONISH, _TYPES, st.dictionaries(_KEYS, _JSONISH | _TYPES, max_size=4)),
+        max_size=6,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_CHUNK, max_size=12),
+    st.sampled_from([OpenAIChatIngest, OpenAIResponsesIngest, AnthropicIngest]),
+)
+def test_fuzzed_chunks_raise_only_provider_stream_errors(chunks: list[Any], make: Any) -> None:
+    rec = Recording()
+    ingest = make(rec.tracker)
+    for chunk in chunks:
+        try:
+            ingest.feed(chunk)
+        except ts.ProviderStreamError:
+            pass
+    for handle in ingest.finish():
+        handle.complete()
+    rec.tracker.close()
+    assert_lifecycle(rec.take())

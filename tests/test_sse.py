@@ -423,3 +423,47 @@ async def test_shared_encodings_never_mix_per_client_resets(
     assert ids(whole[0]) == ["a"] and ids(run_only[0]) == ["a"] and ids(again[0]) == ["a"]
     full = await collect(f"{server.url}/?session=s1", 1)
     assert sorted(ids(full[0])) == ["a", "b"]
+
+
+async def test_text_that_cannot_be_encoded_never_poisons_a_session(
+    bus: ts.EventBus, server: Served
+) -> None:
+    # os.fsdecode of a file name that is not UTF-8 holds a lone surrogate.
+    name = "report-\udcff.txt"
+    tracker = ts.Tracker(bus, "s1")
+    with tracker.run(run_id="r1"), tracker.call("list_files", {"dir": name}, call_id="c") as call:
+        call.output_delta(f"found {name}\n")
+        call.complete({"files": [name], name: 1})
+    for dialect in ("native", "agui", "ai_sdk", "hermes"):
+        url = f"{server.url}/?session=s1&run=r1&dialect={dialect}&last_event_id={bus.epoch}-0"
+        got = await collect(url, 0, until_closed=True)  # the whole run, to its end
+        messages = [json.loads(e.data) for e in got if e.data.startswith("{")]
+        assert "report-\ufffd.txt" in json.dumps(messages, ensure_ascii=False), dialect
+    reset = (await collect(f"{server.url}/?session=s1", 1))[0]
+    assert "report-\ufffd.txt" in reset.data
+
+
+async def test_a_closed_bus_answers_503(bus: ts.EventBus, server: Served) -> None:
+    await bus.aclose()
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(f"{server.url}/?session=s1")
+    assert response.status_code == 503
+    assert "unavailable" in response.json()["error"]
+
+
+async def test_frames_keep_a_connection_alive_by_default() -> None:
+    import inspect
+
+    from toolstream import dialects
+    from toolstream.sse import frames
+
+    defaults = inspect.signature(frames).parameters
+    assert defaults["heartbeat"].default == 15.0, "docs/sse.md says 15 s"
+    assert defaults["retry_ms"].default == 3000
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    chunks = frames(sub, dialects.get("native"), heartbeat=0.05)
+    with anyio.fail_after(5):
+        first = await chunks.__anext__()
+    await chunks.aclose()
+    assert first == b": ping\n\n"

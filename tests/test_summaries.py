@@ -87,3 +87,53 @@ def test_summaries_satisfy_the_protocol() -> None:
 def test_register_rejects_bad_tool_names() -> None:
     with pytest.raises(ValueError):
         ts.Summaries().register("")
+
+
+def test_summaries_see_what_the_wire_sees() -> None:
+    # A template over the result must not print what the result itself shows redacted.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s")
+    summaries = ts.Summaries()
+    summaries.register("login", result=lambda call, result: f"logged in as {result}")
+    summaries.register("fetch", result="got {result}")
+    tracker = ts.Tracker(bus, "s", summarizer=summaries)
+    tracker.create("login").complete({"user": "ann", "password": "hunter2-prod"})
+    tracker.create("fetch").complete({"token": "hunter2-prod", "rows": 3})
+    done = [e for e in sub.take_nowait() if isinstance(e, ts.ToolCompleted)]
+    assert [e.summary for e in done] == [
+        "logged in as {'user': 'ann', 'password': '[redacted]'}",
+        "got {'token': '[redacted]', 'rows': 3}",
+    ]
+    assert "hunter2" not in repr(done)
+
+
+class Dispatching:
+    """A summarizer with the optional ``cancelled`` and one method that raises."""
+
+    def start(self, call: ts.CallInfo) -> str | None:
+        return f"start {call.tool}"
+
+    def result(self, call: ts.CallInfo, result: object) -> str | None:
+        raise RuntimeError("broken template")
+
+    def error(self, call: ts.CallInfo, error: ts.ErrorInfo) -> str | None:
+        return None
+
+    def cancelled(self, call: ts.CallInfo, reason: str | None) -> str | None:
+        return f"stopped: {reason}"
+
+
+def test_every_kind_of_summary_goes_through_one_dispatch(caplog: pytest.LogCaptureFixture) -> None:
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s")
+    tracker = ts.Tracker(bus, "s", summarizer=Dispatching())
+    tracker.create("a").start({"x": 1})
+    tracker.create("b").complete(1)
+    tracker.create("c").fail("no")
+    tracker.create("d").cancel("user")
+    by_type = {e.type: e.summary for e in sub.take_nowait() if hasattr(e, "summary")}
+    assert by_type["tool.started"] == "start b"
+    assert by_type["tool.completed"] == "b finished in ?", "never started: no duration"
+    assert by_type["tool.failed"] is None, "None means no summary"
+    assert by_type["tool.cancelled"] == "stopped: user"
+    assert "summarizer" in caplog.text and "failed for result" in caplog.text

@@ -764,3 +764,67 @@ def test_an_event_bus_subclass_that_overrides_publish_sees_every_tracked_event()
     _script(ts.Tracker(bus, "s"))
     assert bus.seen == [e.type for e in bus._logs["s"].events]
     assert "tool.progress" in bus.seen and "tool.output.delta" in bus.seen
+
+
+def test_nothing_is_announced_after_close_even_when_threads_race_it(bus: ts.EventBus) -> None:
+    for _ in range(20):
+        tracker = ts.Tracker(bus, "race")
+        sub = bus.subscribe(session="race")
+        go = threading.Barrier(5)
+
+        def work(tracker: ts.Tracker = tracker, go: threading.Barrier = go) -> None:
+            go.wait()
+            for _ in range(200):
+                call = tracker.create("t")
+                call.progress(0.5)
+                call.complete()
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        go.wait()
+        tracker.close()
+        for t in threads:
+            t.join()
+        assert_lifecycle(sub.take_nowait())  # every announced call ended
+        sub.close()
+    strict = ts.Tracker(bus, "s", strict=True)
+    strict.close()
+    with pytest.raises(ts.LifecycleError, match="after the tracker closed"):
+        strict.create("late")
+
+
+async def test_a_call_s_title_reaches_the_wire_whichever_event_opens_it(
+    bus: ts.EventBus, rec: Recorder
+) -> None:
+    tracker = ts.Tracker(bus, "s")
+    async with tracker.call("one_shot", {"a": 1}, call_id="a", title="One shot"):
+        pass
+    tracker.create("streamed", call_id="b", title="Streamed").complete()
+    async with tracker.batch(limit=1) as batch:
+        async with batch.call("queued", call_id="c", title="Queued"):
+            pass
+        batch.start_soon(anyio.sleep, 0, call_id="d", title="Soon")
+    view = ts.LiveView()
+    view.fold(rec.events)
+    assert {cid: view.calls[cid].title for cid in "abcd"} == {
+        "a": "One shot",
+        "b": "Streamed",
+        "c": "Queued",
+        "d": "Soon",
+    }
+
+
+async def test_batch_phases_describe_the_whole_batch(bus: ts.EventBus, rec: Recorder) -> None:
+    tracker = ts.Tracker(bus, "s")
+    async with tracker.batch(limit=1) as batch:
+        for i in range(3):
+            batch.start_soon(anyio.sleep, 0, call_id=f"c{i}")
+    phases = [e for e in rec.events if isinstance(e, ts.BatchPhase)]
+    assert [p.phase for p in phases] == ["queued", "running", "done"]
+    assert [p.call_ids for p in phases] == [("c0", "c1", "c2")] * 3
+    assert [dict(p.counts) for p in phases] == [
+        {"queued": 3},
+        {"running": 1, "queued": 2},
+        {"completed": 3},
+    ]

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
@@ -322,3 +324,127 @@ def test_one_clients_partial_resume_never_costs_another_client_an_event(
         live = bus.publish(ts.ToolProgress, session="s1", call_id="b", tool="t")
         assert until(cut, lambda m: m.get("op") == "event")[-1]["id"] == live.id
         assert until(normal, lambda m: m.get("op") == "event")[-1]["id"] == live.id
+
+
+def test_hostile_messages_get_errors_and_leak_nothing(bus: ts.EventBus, server: Served) -> None:
+    with connect(ws_url(server), max_size=None) as ws:
+        ws.send("[" * 30_000 + "]" * 30_000)  # ~60 KB of nesting
+        assert recv(ws)["code"] == "bad_json"
+        for _ in range(200):  # a session name that cannot be encoded
+            ws.send('{"op": "subscribe", "session": "\\ud800"}')
+            reply = recv(ws)
+            assert reply["op"] == "error" and reply["code"] == "invalid", reply
+        send(ws, op="ping", id=1)
+        assert recv(ws) == {"op": "pong", "id": 1}, "the socket stays open"
+    assert bus.subscriber_count() == 0
+
+
+def test_a_closed_bus_answers_unavailable(bus: ts.EventBus, server: Served) -> None:
+    bus.close()
+    with connect(ws_url(server)) as ws:
+        send(ws, op="subscribe", session="s1")
+        reply = recv(ws)
+        assert reply["op"] == "error" and reply["code"] == "unavailable", reply
+        send(ws, op="ping")
+        assert recv(ws) == {"op": "pong"}
+
+
+def test_a_result_that_cannot_be_encoded_never_kills_a_socket(
+    bus: ts.EventBus, server: Served
+) -> None:
+    tracker = ts.Tracker(bus, "s1")
+    with tracker.run(run_id="r1"):
+        tracker.create("list_files", call_id="c").complete({"files": ["report-\udcff.txt"]})
+    for dialect in ("native", "agui", "ai_sdk", "hermes"):
+        with connect(ws_url(server)) as ws:
+            send(
+                ws, op="subscribe", session="s1", dialect=dialect, run="r1", after=f"{bus.epoch}-0"
+            )
+            got = until(ws, lambda m: m.get("op") == "unsubscribed")  # the run, to its end
+            assert "report-\ufffd.txt" in json.dumps(got, ensure_ascii=False), dialect
+            send(ws, op="ping")
+            assert until(ws, lambda m: m.get("op") == "pong")
+
+
+_DOCUMENTED_OPS = {"subscribed", "unsubscribed", "event", "error", "pong", "ping"}
+_DOCUMENTED_CODES = {
+    "bad_json",
+    "invalid",
+    "unknown_op",
+    "already_subscribed",
+    "not_subscribed",
+    "too_many",
+    "forbidden",
+    "unavailable",
+}
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_MESSAGE = st.one_of(
+    st.text(max_size=30),
+    st.binary(max_size=30),
+    st.integers(100, 20_000).map(lambda n: "[" * n + "]" * n),
+    st.fixed_dictionaries(
+        {"op": st.sampled_from(["subscribe", "unsubscribe", "ping", "pong", "x", 3])},
+        optional={
+            "session": st.one_of(st.sampled_from(["s1", "", "\ud800", "s2"]), _VALUES),
+            "after": st.one_of(st.sampled_from(["x-1", "1/0", "e-1/r0"]), _VALUES),
+            "run": _VALUES,
+            "types": st.one_of(st.lists(st.sampled_from(["tool.started", "nope"])), _VALUES),
+            "dialect": st.one_of(st.sampled_from(["agui", "hermes", "klingon"]), _VALUES),
+            "id": _VALUES,
+        },
+    ).map(json.dumps),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_MESSAGE, max_size=8))
+def test_fuzzed_messages_get_documented_replies_only(messages: list[str | bytes]) -> None:
+    import anyio
+
+    bus = ts.EventBus()
+    bus.publish(ts.ToolStarted, session="s1", call_id="c", tool="t")
+    app = WebSocketApp(bus)
+    sent: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        inbox: list[dict[str, Any]] = [{"type": "websocket.connect"}]
+        for m in messages:
+            key = "bytes" if isinstance(m, bytes) else "text"
+            inbox.append({"type": "websocket.receive", key: m})
+        inbox.append({"type": "websocket.disconnect", "code": 1000})
+        it = iter(inbox)
+
+        async def receive() -> dict[str, Any]:
+            await anyio.lowlevel.checkpoint()
+            try:
+                return next(it)
+            except StopIteration:
+                await anyio.sleep_forever()
+                raise
+
+        async def send(message: Any) -> None:
+            if "text" in message:
+                message["text"].encode("utf-8")  # what a server must do: may raise
+            sent.append(dict(message))
+
+        scope = {"type": "websocket", "path": "/", "headers": [], "query_string": b""}
+        with anyio.fail_after(10):
+            await app(scope, receive, send)  # never raises
+
+    anyio.run(main)
+    assert sent[0] == {"type": "websocket.accept"}
+    for message in sent[1:]:
+        if message["type"] == "websocket.close":
+            assert message["code"] in (1000, 1009), message
+            continue
+        reply = json.loads(message["text"])
+        assert reply["op"] in _DOCUMENTED_OPS, reply
+        if reply["op"] == "error":
+            assert reply["code"] in _DOCUMENTED_CODES, reply
+    assert bus.subscriber_count() == 0, "every subscription released"

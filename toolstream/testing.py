@@ -33,6 +33,7 @@ from ._core.events import (
     Event,
     RunFinished,
     RunStarted,
+    Snapshot,
     StreamReset,
     ToolArgsDelta,
     ToolCancelled,
@@ -48,6 +49,7 @@ from ._core.events import (
 )
 from ._core.ids import parse_event_id
 from ._core.subscription import Subscription
+from ._core.view import LiveView
 
 __all__ = [
     "BusFactory",
@@ -545,6 +547,108 @@ async def check_partial_output_kept(factory: BusFactory) -> None:
         await bus.aclose()
 
 
+def _session_with_runs(bus: Bus) -> list[Event]:
+    """Two interleaved runs and a call outside any run, as published."""
+    return [
+        bus.publish(RunStarted, session="s", run_id="r1"),
+        bus.publish(ToolStarted, session="s", run_id="r1", call_id="a", tool="t"),
+        bus.publish(RunStarted, session="s", run_id="r2"),
+        bus.publish(ToolStarted, session="s", run_id="r2", call_id="b", tool="t"),
+        bus.publish(ToolProgress, session="s", run_id="r1", call_id="a", tool="t", current=1),
+        bus.publish(ToolStarted, session="s", call_id="c", tool="t"),
+        bus.publish(ToolCompleted, session="s", run_id="r1", call_id="a", tool="t"),
+        bus.publish(RunFinished, session="s", run_id="r1", outcome="completed"),
+        bus.publish(ToolFailed, session="s", run_id="r2", call_id="b", tool="t"),
+        bus.publish(ToolCompleted, session="s", call_id="c", tool="t"),
+    ]
+
+
+def _states(snapshot: Snapshot | None) -> dict[str, str]:
+    assert snapshot is not None
+    return {c.call_id: c.state.value for c in snapshot.calls}
+
+
+async def check_resume_origin(factory: BusFactory) -> None:
+    """``resume(after=id)`` at every position delivers exactly the events after it, and its
+    ``origin`` says what the client has: ``history`` (the events up to the cursor, as
+    this subscription delivers them), ``state`` (the state there); ``at=True`` starts at
+    the event itself."""
+    bus = await _make(factory)
+    try:
+        published = _session_with_runs(bus)
+        for k, cut in enumerate(published):
+            for at in (False, True):
+                seen = k if at else k + 1
+                async with bus.resume(session="s", after=cut.id, at=at) as sub:
+                    await sub.prepare()
+                    origin = sub.origin
+                    assert origin is not None, (k, at)
+                    assert not origin.reset, (k, at, origin)
+                    assert origin.after == cut.id
+                    assert [e.id for e in origin.history] == [e.id for e in published[:seen]]
+                    view = LiveView()
+                    view.fold(published[:seen])
+                    assert _states(origin.state) == _states(view.snapshot()), (k, at)
+                    rest = published[seen:]
+                    got = await _drain(sub, len(rest)) if rest else []
+                    assert [e.id for e in got] == [e.id for e in rest], (k, at)
+    finally:
+        await bus.aclose()
+
+
+async def check_resume_filtered(factory: BusFactory) -> None:
+    """A resumed run or typed subscription's ``history`` holds only what it delivers (a
+    dialect primed with another run's events would send frames its client never saw),
+    and its ``state`` is of its run; a cursor the bus cannot serve gives a reset."""
+    bus = await _make(factory)
+    try:
+        published = _session_with_runs(bus)
+        cut = published[5]
+        async with bus.resume(session="s", after=cut.id, run="r2") as sub:
+            await sub.prepare()
+            assert sub.origin is not None
+            assert {e.run_id for e in sub.origin.history} == {"r2"}, sub.origin.history
+            assert _states(sub.origin.state) == {"b": "running"}
+            got = await _drain(sub, 1)
+            assert [e.type for e in got] == ["tool.failed"], got
+        async with bus.resume(ToolCompleted, session="s", after=published[7].id) as sub:
+            await sub.prepare()
+            assert sub.origin is not None
+            assert [e.type for e in sub.origin.history] == ["tool.completed"]
+        async with bus.resume(session="s", after="not-an-id") as sub:
+            await sub.prepare()
+            assert sub.origin is not None
+            assert sub.origin.reset
+            assert isinstance((await _drain(sub, 1))[0], StreamReset)
+    finally:
+        await bus.aclose()
+
+
+async def check_run_resumed_after_its_end(factory: BusFactory) -> None:
+    """A run subscription resumed at or after its run's ``run.finished`` has nothing more
+    to deliver and ends (no reset: the client has the run's end); resumed before it, it
+    delivers the rest and ends there."""
+    bus = await _make(factory)
+    try:
+        published = _session_with_runs(bus)
+        finished = published[7]
+        for after in (finished.id, published[-1].id):
+            got = []
+            with anyio.fail_after(_DEADLINE):
+                async with bus.resume(session="s", after=after, run="r1") as sub:
+                    async for event in sub:
+                        got.append(event)
+            assert got == [], got
+        got = []
+        with anyio.fail_after(_DEADLINE):
+            async with bus.resume(session="s", after=published[4].id, run="r1") as sub:
+                async for event in sub:
+                    got.append(event)
+        assert [e.type for e in got] == ["tool.completed", "run.finished"], got
+    finally:
+        await bus.aclose()
+
+
 _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_ids_increase,
     check_live_in_order,
@@ -559,6 +663,9 @@ _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_thread_publish,
     check_snapshot_method,
     check_close_ends_subscriptions,
+    check_resume_origin,
+    check_resume_filtered,
+    check_run_resumed_after_its_end,
 )
 
 

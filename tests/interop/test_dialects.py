@@ -206,12 +206,17 @@ def check_generated(session: Session) -> None:
     for call_id, seq in statuses.items():
         assert seq[0] == "running" and len(seq) == 2 and seq[1] != "running", (call_id, seq)
     # Resume: a client cut after any frame — between the messages of one event
-    # included — and resumed from that frame's id receives exactly the rest.
+    # included — and resumed from that frame's id receives exactly the rest, on the
+    # session's stream and on each run's own stream (&run=).
+    runs = [None, *(e.run_id for e in session.events() if isinstance(e, ts.RunStarted))]
     for name in dialects.NAMES:
-        full = stream_frames(bus, name, f"{bus.epoch}-0", closing=False)
-        for k in range(len(full)):
-            rest = stream_frames(bus, name, full[k].id, closing=False)
-            assert rest == full[k + 1 :], f"{name}: resume after frame {k} ({full[k].id})"
+        for run in runs:
+            full = stream_frames(bus, name, f"{bus.epoch}-0", closing=False, run=run)
+            for k in range(len(full)):
+                rest = stream_frames(bus, name, full[k].id, closing=False, run=run)
+                assert rest == full[k + 1 :], (
+                    f"{name}, run {run}: resume after frame {k} ({full[k].id})"
+                )
 
 
 @SETTINGS

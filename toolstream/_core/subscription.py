@@ -431,18 +431,21 @@ def start_position(
         info = end_state.runs.get(run)
         if info is not None and info.state != "running":
             ends_later = any(type(e) is RunFinished and e.run_id == run for e in events[start:])
-            if need_reset or not ends_later:
+            if index is not None and not ends_later:
+                # The client's cursor is at or past the run's end: it has everything.
+                start, done = len(events), True
+            elif need_reset or not ends_later:
                 need_reset = done = True
     if not need_reset:
         after = request.after if request.after is not None else make_id(epoch, live_seq)
         if not request.resume:
             return Start(
-                index=start, reset=None, done=False, origin=Origin(reset=False, after=after)
+                index=start, reset=None, done=done, origin=Origin(reset=False, after=after)
             )
         return Start(
             index=start,
             reset=None,
-            done=False,
+            done=done,
             origin=Origin(
                 reset=False,
                 after=after,

@@ -17,7 +17,8 @@ class Waiter(Protocol):
     """One registration of a consumer waiting for events."""
 
     def wake(self, thread_id: int) -> None:
-        """Wake the consumer (called from any thread, at most once per registration)."""
+        """Wake the consumer (called from any thread, at most once per registration).
+        Never raises: a consumer that is gone cannot break its publisher."""
 
     async def wait(self, on_abort: Callable[[], None]) -> None:
         """Wait until woken; ``on_abort`` runs if the wait is cancelled instead."""
@@ -56,13 +57,13 @@ class _AsyncioWaiter:
         self.thread = _get_ident()
 
     def wake(self, thread_id: int) -> None:
-        fut = self.fut
-        if thread_id == self.thread:
-            if not fut.done():
-                fut.set_result(None)
-            return
+        # Never raises: a consumer whose loop is gone (closed after its last read) must
+        # not break the publisher, which may be on the same thread.
         try:
-            self.loop.call_soon_threadsafe(_resolve, fut)
+            if thread_id == self.thread:
+                _resolve(self.fut)
+            else:
+                self.loop.call_soon_threadsafe(_resolve, self.fut)
         except RuntimeError:  # the consumer's loop is closed: nobody to wake
             pass
 
@@ -93,12 +94,13 @@ class _TrioWaiter:
             trio.lowlevel.reschedule(self.task)
 
     def wake(self, thread_id: int) -> None:
-        if thread_id == self.thread:
-            self._wake_here()
-            return
+        # Never raises (see _AsyncioWaiter.wake).
         try:
-            self.token.run_sync_soon(self._wake_here)
-        except RuntimeError:  # trio.RunFinishedError: the consumer's run is over
+            if thread_id == self.thread:
+                self._wake_here()
+            else:
+                self.token.run_sync_soon(self._wake_here)
+        except RuntimeError:  # trio.RunFinishedError, or no run in this thread any more
             pass
 
     async def wait(self, on_abort: Callable[[], None]) -> None:

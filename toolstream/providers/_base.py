@@ -28,12 +28,12 @@ def as_mapping(chunk: object, what: str) -> Mapping[str, Any]:
             raise ts.ProviderStreamError(f"{what}: cannot read the SDK object ({exc})") from None
         if isinstance(data, Mapping):
             return data
-    if isinstance(chunk, (str, bytes)):
-        text = chunk.decode() if isinstance(chunk, bytes) else chunk
+    if isinstance(chunk, (str, bytes, bytearray)):
         try:
+            text = chunk.decode() if isinstance(chunk, (bytes, bytearray)) else chunk
             data = json.loads(text)
-        except ValueError:
-            raise ts.ProviderStreamError(f"{what}: not JSON: {text[:60]!r}") from None
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            raise ts.ProviderStreamError(f"{what}: not JSON: {chunk[:60]!r}") from None
         if isinstance(data, Mapping):
             return data
     raise ts.ProviderStreamError(f"{what}: expected an object, got {type(chunk).__name__}")
@@ -53,6 +53,8 @@ def field(
         if required:
             raise ts.ProviderStreamError(f"{where}: missing field {name!r}")
         return None
+    if kind is str and value == "" and required:
+        raise ts.ProviderStreamError(f"{where}: field {name!r} is empty")
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise ts.ProviderStreamError(
@@ -82,8 +84,14 @@ class Ingest:
     def _announce(
         self, tool: str, call_id: str | None, *, parent_id: str | None = None
     ) -> ts.CallHandle:
-        handle = self.tracker.create(tool, call_id=call_id, parent_id=parent_id)
-        self.calls.append(handle)
+        """Announce a call; a call id the stream already announced (a provider that
+        repeats a start event) gives that call again, listed once."""
+        try:
+            handle = self.tracker.create(tool, call_id=call_id or None, parent_id=parent_id)
+        except ValueError as exc:  # a tool name or id the tracker refuses
+            raise ts.ProviderStreamError(f"cannot announce {tool!r:.60}: {exc}") from None
+        if not any(known is handle for known in self.calls):
+            self.calls.append(handle)
         return handle
 
     def _text(self, text: object) -> None:
@@ -108,11 +116,27 @@ class Ingest:
         for handle in self.calls:
             self._complete_input(handle)
 
+    def _feed(self, chunk: object) -> None:  # pragma: no cover - abstract
+        """Parse one chunk (raising ProviderStreamError for what is malformed)."""
+        raise NotImplementedError
+
     # -- public ------------------------------------------------------------------------
 
-    def feed(self, chunk: object) -> None:  # pragma: no cover - abstract
-        """Take one chunk (a dict of parsed SSE data, or an SDK object)."""
-        raise NotImplementedError
+    def feed(self, chunk: object) -> None:
+        """Take one chunk (a dict of parsed SSE data, or an SDK object).
+
+        A malformed chunk raises :class:`~toolstream.ProviderStreamError` naming the
+        chunk and the field; nothing else escapes, and the ingest stays usable.
+        """
+        try:
+            self._feed(chunk)
+        except (ts.ProviderStreamError, ts.LifecycleError):
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            shown = repr(chunk)
+            raise ts.ProviderStreamError(
+                f"{type(self).__name__}: malformed chunk {shown[:80]}: {exc}"
+            ) from None
 
     def finish(self, error: BaseException | str | None = None) -> list[ts.CallHandle]:
         """End of the stream. With ``error`` (or after a provider failure event), every

@@ -30,7 +30,7 @@ class AnthropicIngest(Ingest):
         self._message_id: str | None = None
         self.stop_reason: str | None = None
 
-    def feed(self, chunk: object) -> None:
+    def _feed(self, chunk: object) -> None:
         """Take one Messages stream event (dict or SDK object)."""
         event = as_mapping(chunk, "message stream event")
         kind = field(event, "type", str, "message stream event")
@@ -47,6 +47,9 @@ class AnthropicIngest(Ingest):
             if block_type in _TOOL_BLOCKS:
                 name = field(block, "name", str, f"{where}.content_block")
                 call_id = field(block, "id", str, f"{where}.content_block")
+                known = self._blocks.get(index)
+                if known is not None and known.given_id == call_id:
+                    return  # announced already (a repeated event)
                 self._blocks[index] = self._announce(name, call_id, parent_id=self._message_id)
             elif block_type == "text":
                 self._text(block.get("text"))

@@ -37,7 +37,7 @@ class OpenAIChatIngest(Ingest):
         self._current: dict[int, int] = {}  # choice index -> tool-call index being streamed
         self.finish_reason: str | None = None
 
-    def feed(self, chunk: object) -> None:
+    def _feed(self, chunk: object) -> None:
         """Take one ``chat.completion.chunk`` (dict or SDK object)."""
         data = as_mapping(chunk, "chat.completion.chunk")
         where = f"chunk {data.get('id', '?')!s:.40}"

@@ -40,7 +40,7 @@ class OpenAIResponsesIngest(Ingest):
         self._items: dict[str, _Item] = {}  # item id (fc_…) -> call
         self.status: str | None = None
 
-    def feed(self, chunk: object) -> None:
+    def _feed(self, chunk: object) -> None:
         """Take one Responses stream event (dict or SDK object)."""
         event = as_mapping(chunk, "response stream event")
         kind = field(event, "type", str, "response stream event")
@@ -99,9 +99,11 @@ class OpenAIResponsesIngest(Ingest):
 
     def _added(self, item: Mapping[str, Any], where: str) -> None:
         item_kind = item.get("type")
-        if item_kind not in _CALL_ITEMS:
+        if not isinstance(item_kind, str) or item_kind not in _CALL_ITEMS:
             return  # messages, reasoning...: not tool calls
         item_id = field(item, "id", str, where)
+        if item_id in self._items:
+            return  # announced already (a repeated event)
         name = field(item, "name", str, where)
         call_id = field(item, "call_id", str, where, required=False) or item_id
         handle = self._announce(name, call_id)
