@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
@@ -94,7 +94,7 @@ async def frames(
     *,
     heartbeat: float | None = 15.0,
     retry_ms: int | None = 3000,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The subscription as encoded SSE bytes, one chunk per batch of events, for
     frameworks that prefer their own streaming response class: a ``retry:`` hint
     first, a ``: ping`` comment after ``heartbeat`` idle seconds (None: never), and the
