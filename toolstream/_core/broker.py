@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -28,7 +28,6 @@ from .subscription import (
     Feeder,
     FeederStats,
     Log,
-    Overflow,
     Retained,
     StartRequest,
     Subscription,
@@ -82,18 +81,16 @@ class FedSubscription(Subscription[E_co]):
 
     def __init__(
         self,
-        types: Sequence[type[Event]],
         session: str,
-        run: str | None,
-        buffer: int,
-        overflow: Overflow,
         *,
         request: StartRequest,
         stats: FeederStats,
         reset_bytes: int,
         clock: Callable[[], float],
     ) -> None:
-        super().__init__(Feeder(stats), types, session, run, buffer, overflow)
+        super().__init__(
+            Feeder(stats), request.types, session, request.run, request.buffer, request.overflow
+        )
         self._request = request
         self._reset_bytes = reset_bytes
         self._clock = clock

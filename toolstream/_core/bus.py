@@ -37,9 +37,10 @@ from .subscription import (
     Start,
     StartRequest,
     Subscription,
-    check_subscribe,
     cursor_index,
+    resume_request,
     start_position,
+    subscribe_request,
     wake_all,
 )
 from .view import LiveView
@@ -523,15 +524,18 @@ class EventBus:
             )
             if inclusive and after is None:
                 raise ValueError("inclusive=True needs after=")
-        check_subscribe(types, session, run, after, snapshot, buffer, overflow)
-        request = StartRequest(
-            after=after,
-            at=inclusive,
-            snapshot=snapshot,
+        request = subscribe_request(
+            types,
+            session=session,
             run=run,
+            after=after,
+            snapshot=snapshot,
+            buffer=buffer,
+            overflow=overflow,
+            at=inclusive,
             resume=with_state or with_history,
         )
-        return self._open(types, session, request, buffer, overflow)
+        return self._open(request)
 
     def resume(
         self,
@@ -554,24 +558,15 @@ class EventBus:
         cursor). A transport re-encodes the history to bring a client's wire dialect
         to exactly where it was.
         """
-        if not isinstance(after, str) or not after:
-            raise ValueError(f"after must be a non-empty string, got {after!r}")
-        if session is None:
-            raise ValueError("resume() needs session=")
-        check_subscribe(types, session, run, after, False, buffer, overflow)
-        request = StartRequest(after=after, at=at, run=run, resume=True)
-        return self._open(types, session, request, buffer, overflow)
+        request = resume_request(
+            types, session=session, after=after, at=at, run=run, buffer=buffer, overflow=overflow
+        )
+        return self._open(request)
 
-    def _open(
-        self,
-        types: tuple[type[Event], ...],
-        session: str | None,
-        request: StartRequest,
-        buffer: int,
-        overflow: Overflow,
-    ) -> Subscription[Any]:
+    def _open(self, request: StartRequest) -> Subscription[Any]:
+        session = request.session
         sub: Subscription[Any] = Subscription(
-            self._feeder, types, session, request.run, buffer, overflow
+            self._feeder, request.types, session, request.run, request.buffer, request.overflow
         )
         with self._lock:
             if self._feeder.closed:

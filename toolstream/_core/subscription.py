@@ -57,7 +57,9 @@ __all__ = [
     "Subscription",
     "check_subscribe",
     "coalesce",
+    "resume_request",
     "start_position",
+    "subscribe_request",
     "wake_all",
 ]
 
@@ -299,8 +301,11 @@ class Origin:
 
 @attrs.frozen(kw_only=True)
 class StartRequest:
-    """What a subscriber asked for, as :func:`start_position` needs it."""
+    """What a subscriber asked for (checked: see :func:`subscribe_request` and
+    :func:`resume_request`, which every bus's ``subscribe`` and ``resume`` call)."""
 
+    types: tuple[type[Event], ...] = ()
+    session: str | None = None
     after: str | None = None
     #: With ``after``: start *at* that event (a client cut between its wire messages).
     at: bool = False
@@ -308,6 +313,63 @@ class StartRequest:
     run: str | None = None
     #: Work out ``Origin.base``, ``history`` and ``state`` (:meth:`Bus.resume`).
     resume: bool = False
+    buffer: int = 1024
+    overflow: Overflow = "coalesce"
+
+
+def subscribe_request(
+    types: Sequence[object],
+    *,
+    session: str | None,
+    run: str | None,
+    after: str | None,
+    snapshot: bool,
+    buffer: int,
+    overflow: Overflow,
+    at: bool = False,
+    resume: bool = False,
+) -> StartRequest:
+    """A ``subscribe`` call's arguments, checked (TypeError / ValueError)."""
+    check_subscribe(types, session, run, after, snapshot, buffer, overflow)
+    return StartRequest(
+        types=tuple(types),  # type: ignore[arg-type]  # checked: event classes
+        session=session,
+        after=after,
+        at=at,
+        snapshot=snapshot,
+        run=run,
+        resume=resume,
+        buffer=buffer,
+        overflow=overflow,
+    )
+
+
+def resume_request(
+    types: Sequence[object],
+    *,
+    session: str,
+    after: str,
+    at: bool,
+    run: str | None,
+    buffer: int,
+    overflow: Overflow,
+) -> StartRequest:
+    """A ``resume`` call's arguments, checked (TypeError / ValueError)."""
+    if not isinstance(after, str) or not after:
+        raise ValueError(f"after must be a non-empty string, got {after!r}")
+    if session is None:
+        raise ValueError("resume() needs session=")
+    return subscribe_request(
+        types,
+        session=session,
+        run=run,
+        after=after,
+        snapshot=False,
+        buffer=buffer,
+        overflow=overflow,
+        at=at,
+        resume=True,
+    )
 
 
 @attrs.frozen(kw_only=True)

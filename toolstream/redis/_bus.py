@@ -51,7 +51,8 @@ from toolstream._core.subscription import (
     Overflow,
     Retained,
     StartRequest,
-    check_subscribe,
+    resume_request,
+    subscribe_request,
 )
 from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
@@ -777,9 +778,16 @@ class RedisBus:
         in Redis, so a process reads its own writes. ``session`` is required: each
         session is its own Redis stream.
         """
-        check_subscribe(types, session, run, after, snapshot, buffer, overflow)
-        request = StartRequest(after=after, snapshot=snapshot, run=run)
-        return self._open(types, session, request, buffer, overflow)
+        request = subscribe_request(
+            types,
+            session=session,
+            run=run,
+            after=after,
+            snapshot=snapshot,
+            buffer=buffer,
+            overflow=overflow,
+        )
+        return self._open(request)
 
     def resume(
         self,
@@ -793,20 +801,13 @@ class RedisBus:
     ) -> RedisSubscription[Any]:
         """Continue a client exactly where it was, as :meth:`toolstream.EventBus.resume`
         (``sub.origin`` is final once ``await sub.prepare()`` returned)."""
-        if not isinstance(after, str) or not after:
-            raise ValueError(f"after must be a non-empty string, got {after!r}")
-        check_subscribe(types, session, run, after, False, buffer, overflow)
-        request = StartRequest(after=after, at=at, run=run, resume=True)
-        return self._open(types, session, request, buffer, overflow)
+        request = resume_request(
+            types, session=session, after=after, at=at, run=run, buffer=buffer, overflow=overflow
+        )
+        return self._open(request)
 
-    def _open(
-        self,
-        types: tuple[type[Event], ...],
-        session: str | None,
-        request: StartRequest,
-        buffer: int,
-        overflow: Overflow,
-    ) -> RedisSubscription[Any]:
+    def _open(self, request: StartRequest) -> RedisSubscription[Any]:
+        session = request.session
         if session is None:
             raise ValueError(
                 "RedisBus subscriptions need session=: each session is one Redis stream "
@@ -820,7 +821,7 @@ class RedisBus:
             since = max(self._last, int(self._clock() * 1000) * _SCALE - 1)
             barrier = self._published
         sub: RedisSubscription[Any] = RedisSubscription(
-            self, types, session, buffer, overflow, request=request, since=since, barrier=barrier
+            self, session, request=request, since=since, barrier=barrier
         )
         self._subs.add(sub)
         return sub
@@ -838,21 +839,14 @@ class RedisSubscription(FedSubscription[E_co]):
     def __init__(
         self,
         bus: RedisBus,
-        types: Sequence[type[Event]],
         session: str,
-        buffer: int,
-        overflow: Overflow,
         *,
         request: StartRequest,
         since: int,
         barrier: int,
     ) -> None:
         super().__init__(
-            types,
             session,
-            request.run,
-            buffer,
-            overflow,
             request=request,
             stats=bus._sub_stats,
             reset_bytes=bus.reset_bytes,

@@ -19,23 +19,9 @@ from toolstream import (
     SlowConsumer,
     Subscription,
 )
+from toolstream import _serving as serving
 from toolstream._core.codec import to_dict
 from toolstream._core.jsonenc import dumpb, dumps
-from toolstream._serving import (
-    Authorize,
-    Dialects,
-    OpenStreams,
-    Receive,
-    Scope,
-    Send,
-    authenticate,
-    lifespan,
-    may_read,
-    open_pump,
-    request_info,
-    valid_session,
-    watch_server_exit,
-)
 from toolstream.dialects import Dialect, DialectSpec, EncodedFrame, Encoder
 from toolstream.dialects._pump import FrameCache, Pump
 
@@ -132,10 +118,10 @@ class SSEApp:
         bus: Bus,
         *,
         dialect: DialectSpec = "native",
-        authorize: Authorize | None = None,
+        authorize: serving.Authorize | None = None,
         heartbeat: float = 15.0,
         retry_ms: int = 3000,
-        session_from: Callable[[Scope], str | None] | None = None,
+        session_from: Callable[[serving.Scope], str | None] | None = None,
         dialects: Iterable[DialectSpec] | None = None,
         buffer: int = 1024,
     ) -> None:
@@ -149,11 +135,11 @@ class SSEApp:
         self.retry_ms = retry_ms
         self.session_from = session_from
         self.buffer = buffer
-        self._dialects = Dialects(dialect, dialects)
+        self._dialects = serving.Dialects(dialect, dialects)
         # Encodings of stateless dialects, shared by every client of this app: an event
         # sent to 100 clients is serialized once.
         self._cache: FrameCache[bytes] = FrameCache()
-        self._streams = OpenStreams()
+        self._streams = serving.OpenStreams()
 
     @property
     def open_streams(self) -> int:
@@ -166,10 +152,12 @@ class SSEApp:
         lifespan shutdown of a bare ``SSEApp`` calls it)."""
         self._streams.shutdown()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: serving.Scope, receive: serving.Receive, send: serving.Send
+    ) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await lifespan(receive, send, self.shutdown)
+            await serving.lifespan(receive, send, self.shutdown)
             return
         if kind == "websocket":
             await send({"type": "websocket.close", "code": 1003})
@@ -179,12 +167,12 @@ class SSEApp:
         if scope["method"] not in ("GET", "HEAD"):
             await _respond(send, 405, "only GET is allowed", [(b"allow", b"GET")])
             return
-        request = request_info(scope)
+        request = serving.request_info(scope)
         session = self.session_from(scope) if self.session_from else request.query.get("session")
         if not session:
             await _respond(send, 400, "missing session: add ?session=<id>")
             return
-        if not valid_session(session):
+        if not serving.valid_session(session):
             await _respond(send, 400, "the session must be a string of valid text")
             return
         chosen = self._dialects.get(request.query.get("dialect"))
@@ -192,11 +180,11 @@ class SSEApp:
             known = ", ".join(self._dialects.factories)
             await _respond(send, 400, f"unknown dialect; this endpoint serves: {known}")
             return
-        principal = await authenticate(self.authorize, request)
+        principal = await serving.authenticate(self.authorize, request)
         if principal is None:
             await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
             return
-        if not await may_read(principal, session):
+        if not await serving.may_read(principal, session):
             await _respond(send, 403, f"not allowed to read session {session!r}")
             return
         if self._streams.closing:
@@ -206,7 +194,7 @@ class SSEApp:
         dialect = factory()
         cursor = request.headers.get("last-event-id") or request.query.get("last_event_id")
         try:
-            pump = await open_pump(
+            pump = await serving.open_pump(
                 self.bus,
                 session=session,
                 run=request.query.get("run") or None,
@@ -237,7 +225,7 @@ class SSEApp:
             return
         await self._serve(pump, receive, send)
 
-    async def _serve(self, pump: Pump[bytes], receive: Receive, send: Send) -> None:
+    async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
         disconnected = False
         self._cache.users += 1
         try:
@@ -254,7 +242,7 @@ class SSEApp:
                                 return
 
                     tg.start_soon(watch)
-                    tg.start_soon(watch_server_exit, cancel)
+                    tg.start_soon(serving.watch_server_exit, cancel)
                     await self._pump(pump, send)
                     tg.cancel_scope.cancel()
         finally:
@@ -266,7 +254,7 @@ class SSEApp:
             except OSError:  # the connection went away meanwhile
                 pass
 
-    async def _pump(self, pump: Pump[bytes], send: Send) -> None:
+    async def _pump(self, pump: Pump[bytes], send: serving.Send) -> None:
         """Write the stream until it ends, or the client is cut (after telling it to
         resume)."""
         # The reconnection hint rides on the first frame: a block holding only
@@ -289,7 +277,7 @@ class SSEApp:
 
 
 async def _respond(
-    send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    send: serving.Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     body = json.dumps({"error": message}).encode()
     await send(

@@ -22,23 +22,9 @@ from toolstream import (
     SlowConsumer,
     StreamReset,
 )
+from toolstream import _serving as serving
 from toolstream._core.codec import to_dict
 from toolstream._core.jsonenc import dumps
-from toolstream._serving import (
-    Authorize,
-    Dialects,
-    OpenStreams,
-    Receive,
-    Scope,
-    Send,
-    authenticate,
-    lifespan,
-    may_read,
-    open_pump,
-    request_info,
-    valid_session,
-    watch_server_exit,
-)
 from toolstream.dialects import DialectSpec, EncodedFrame
 from toolstream.dialects._pump import FrameCache, Pump
 
@@ -78,7 +64,7 @@ def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = F
         return None
     if not isinstance(value, kind) or (kind is str and not value):
         raise _ClientError("invalid", f"field {name!r} must be a non-empty {kind.__name__}")
-    if kind is str and not valid_session(value):
+    if kind is str and not serving.valid_session(value):
         raise _ClientError("invalid", f"field {name!r} must be valid text")
     return value
 
@@ -135,7 +121,7 @@ class WebSocketApp:
         bus: Bus,
         *,
         dialect: DialectSpec = "native",
-        authorize: Authorize | None = None,
+        authorize: serving.Authorize | None = None,
         allowed_origins: Iterable[str] | None = None,
         max_message_bytes: int = 65536,
         ping_interval: float = 20.0,
@@ -154,8 +140,8 @@ class WebSocketApp:
         self.ping_interval = ping_interval
         self.buffer = buffer
         self.max_subscriptions = max_subscriptions
-        self._dialects = Dialects(dialect, dialects)
-        self._sockets = OpenStreams()
+        self._dialects = serving.Dialects(dialect, dialects)
+        self._sockets = serving.OpenStreams()
         # Messages of stateless dialects, shared by every socket: an event sent to 100
         # sockets is serialized once.
         self._cache: FrameCache[str] = FrameCache()
@@ -169,9 +155,11 @@ class WebSocketApp:
         """Close every socket (1001) and refuse new ones. Safe from any thread."""
         self._sockets.shutdown()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: serving.Scope, receive: serving.Receive, send: serving.Send
+    ) -> None:
         if scope["type"] == "lifespan":
-            await lifespan(receive, send, self.shutdown)
+            await serving.lifespan(receive, send, self.shutdown)
             return
         if scope["type"] == "http":
             body = b'{"error": "this endpoint speaks WebSocket"}'
@@ -189,7 +177,7 @@ class WebSocketApp:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
-        request = request_info(scope)
+        request = serving.request_info(scope)
         if self._sockets.closing:
             await send({"type": "websocket.close", "code": 1001})
             return
@@ -197,14 +185,14 @@ class WebSocketApp:
         if self.allowed_origins is not None and origin not in self.allowed_origins:
             await self._refuse(send, 4403)
             return
-        principal = await authenticate(self.authorize, request)
+        principal = await serving.authenticate(self.authorize, request)
         if principal is None:
             await self._refuse(send, 4401)
             return
         await send({"type": "websocket.accept"})
         await _Connection(self, principal, receive, send).run()
 
-    async def _refuse(self, send: Send, code: int) -> None:
+    async def _refuse(self, send: serving.Send, code: int) -> None:
         # Accept, then close with the code: browsers see why (a refused handshake is
         # only "1006" to them).
         await send({"type": "websocket.accept"})
@@ -214,7 +202,9 @@ class WebSocketApp:
 class _Connection:
     """One socket: its subscriptions, its reader, its keepalive."""
 
-    def __init__(self, app: WebSocketApp, principal: Any, receive: Receive, send: Send) -> None:
+    def __init__(
+        self, app: WebSocketApp, principal: Any, receive: serving.Receive, send: serving.Send
+    ) -> None:
         self.app = app
         self.principal = principal
         self.receive = receive
@@ -257,7 +247,7 @@ class _Connection:
             with self.scope, app._sockets.serving(self.scope):
                 async with anyio.create_task_group() as self.tg:
                     self.tg.start_soon(self.keepalive)
-                    self.tg.start_soon(watch_server_exit, self.scope)
+                    self.tg.start_soon(serving.watch_server_exit, self.scope)
                     try:
                         await self.read()
                     except _Gone:
@@ -321,7 +311,7 @@ class _Connection:
                 await self.dispatch(payload)
             except _ClientError as exc:
                 session = payload.get("session") if isinstance(payload, dict) else None
-                extra = {"session": session} if valid_session(session) else {}
+                extra = {"session": session} if serving.valid_session(session) else {}
                 await self.error(exc.code, str(exc), **extra)
 
     async def dispatch(self, message: Any) -> None:
@@ -367,10 +357,10 @@ class _Connection:
         chosen = self.app._dialects.get(dialect_name)
         if chosen is None:
             raise _ClientError("invalid", f"unknown dialect {dialect_name!r}")
-        if not await may_read(self.principal, session):
+        if not await serving.may_read(self.principal, session):
             raise _ClientError("forbidden", f"not allowed to read session {session!r}")
         try:
-            pump = await open_pump(
+            pump = await serving.open_pump(
                 self.app.bus,
                 session=session,
                 run=run,
