@@ -56,8 +56,8 @@ from ._core.redaction import TextRedactor as TextRedactor
 from ._core.scopes import Batch as Batch
 from ._core.scopes import CallScope as CallScope
 from ._core.scopes import RunScope as RunScope
-from ._core.subscription import Origin as Origin
-from ._core.subscription import Overflow as Overflow
+from ._core.start import Origin as Origin
+from ._core.start import Overflow as Overflow
 from ._core.subscription import Subscription as Subscription
 from ._core.summaries import CallInfo as CallInfo
 from ._core.summaries import Summaries as Summaries

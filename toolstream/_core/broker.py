@@ -24,16 +24,8 @@ import attrs
 
 from .errors import BusUnavailable
 from .events import Event, StreamReset
-from .subscription import (
-    Feeder,
-    FeederStats,
-    Log,
-    Retained,
-    StartRequest,
-    Subscription,
-    start_position,
-    wake_all,
-)
+from .start import Retained, StartRequest, start_position
+from .subscription import Feeder, FeederStats, Log, Subscription, wake_all
 
 logger = logging.getLogger("toolstream.broker")
 

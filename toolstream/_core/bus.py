@@ -27,22 +27,18 @@ from .errors import BusClosed
 from .events import Event, Snapshot, StreamReset
 from .ids import compare_ids, make_id
 from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
-from .subscription import (
-    Feeder,
-    FeederStats,
-    Log,
+from .start import (
     Origin,
     Overflow,
     Retained,
     Start,
     StartRequest,
-    Subscription,
     cursor_index,
     resume_request,
     start_position,
     subscribe_request,
-    wake_all,
 )
+from .subscription import Feeder, FeederStats, Log, Subscription, wake_all
 from .view import LiveView
 
 logger = logging.getLogger("toolstream.bus")

@@ -11,7 +11,6 @@ behave the same to a consumer.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import threading
@@ -19,15 +18,14 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 from typing_extensions import Self
 
-from toolstream._core.broker import BrokerStart, FedSubscription, retry_until, stop_task
+from toolstream._core.broker import stop_task
 from toolstream._core.build import prepare
-from toolstream._core.codec import from_dict, to_dict
-from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
+from toolstream._core.codec import to_dict
+from toolstream._core.errors import BusClosed, BusUnavailable
 from toolstream._core.events import (
     DELTA_EVENTS,
     Event,
@@ -46,24 +44,31 @@ from toolstream._core.events import (
 from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
-from toolstream._core.subscription import (
-    FeederStats,
+from toolstream._core.start import (
     Overflow,
-    Retained,
     StartRequest,
     resume_request,
     subscribe_request,
 )
+from toolstream._core.subscription import FeederStats
 from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
 
-try:
-    import redis
-    import redis.asyncio as aredis
-    from redis.commands.core import AsyncScript
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("toolstream.redis needs redis-py: pip install 'toolstream[redis]'") from exc
+from ._common import (
+    NETWORK_ERRORS,
+    RETRYABLE,
+    SCALE,
+    AsyncScript,
+    SessionState,
+    aredis,
+    entry_seq,
+    redact_url,
+    redis,
+    require_asyncio,
+    seq_entry,
+)
+from ._subscription import RedisSubscription
 
 logger = logging.getLogger("toolstream.redis")
 
@@ -72,12 +77,6 @@ __all__ = ["OutboxOverflow", "RedisBus", "RedisBusStats", "RedisSubscription"]
 E = TypeVar("E", bound=Event)
 E_co = TypeVar("E_co", bound=Event, covariant=True)
 
-#: An event id's number is the stream entry id ``ms-n`` as ``ms * _SCALE + n``: the
-#: same order, and the ``"<epoch>-<number>"`` shape every client already parses.
-_SCALE = 1_000_000
-_NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
-#: The connection errors plus a Redis that is up but still loading its data.
-_RETRYABLE = (*_NETWORK_ERRORS, redis.BusyLoadingError)
 _KINDS: dict[type, str] = {
     ToolCreated: "o",
     ToolReady: "o",
@@ -94,35 +93,6 @@ _KINDS: dict[type, str] = {
 #: events are dropped; lifecycle events are kept up to twice the limit, past which the
 #: oldest unsent events go. ``"drop-oldest"``: the oldest unsent event goes.
 OutboxOverflow = Literal["drop-deltas", "drop-oldest"]
-
-
-def _entry_seq(entry: str) -> int:
-    ms, _, n = entry.partition("-")
-    k = int(n)
-    if k >= _SCALE:
-        raise ValueError(f"stream entry id {entry!r} is beyond what event ids encode")
-    return int(ms) * _SCALE + k
-
-
-def _seq_entry(seq: int) -> str:
-    return f"{seq // _SCALE}-{seq % _SCALE}"
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def _require_asyncio(what: str) -> None:
-    if current_backend() != "asyncio":
-        raise RuntimeError(
-            f"RedisBus {what} runs on asyncio only (redis-py has no trio support); "
-            "use EventBus under trio, or run the gateway on asyncio"
-        )
 
 
 @attrs.define
@@ -153,33 +123,6 @@ class RedisBusStats:
     coalesced: int = 0
     #: Resets delivered because a cursor could not be served.
     resets: int = 0
-
-
-@attrs.frozen
-class _State:
-    """A session as read from Redis in one atomic step."""
-
-    epoch: str
-    last: int  # last-generated entry id, as a number
-    floor: int  # cursors below this cannot be served (trimmed, or before the checkpoint)
-    base: LiveView  # the state at the checkpoint (or empty)
-    events: list[tuple[int, Event]]  # retained events after the checkpoint
-
-    def folded(self) -> LiveView:
-        """The state after every retained event (advances the base view: call once)."""
-        view = self.base
-        for _, event in self.events:
-            view.apply(event)
-        return view
-
-    def retained(self) -> Retained:
-        """What a subscription starts from."""
-        return Retained(
-            [event for _, event in self.events],
-            [seq for seq, _ in self.events],
-            self.base,
-            self.floor,
-        )
 
 
 class RedisBus:
@@ -265,9 +208,9 @@ class RedisBus:
         try:
             #: The keyspace's epoch: every event id carries it.
             self.epoch = self._ensure_epoch_sync()
-        except _NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:
             self._sync.close()
-            raise BusUnavailable(f"cannot reach Redis at {_redact(url)}: {exc}") from exc
+            raise BusUnavailable(f"cannot reach Redis at {redact_url(url)}: {exc}") from exc
         self._redis = aredis.Redis.from_url(url, socket_timeout=30.0, **options)
         self._flush_script: AsyncScript = self._redis.register_script(_scripts.FLUSH)
         self._state_script: AsyncScript = self._redis.register_script(_scripts.READ_STATE)
@@ -295,7 +238,7 @@ class RedisBus:
 
     def __repr__(self) -> str:
         return (
-            f"<RedisBus {_redact(self.url)} prefix={self.prefix!r} epoch={self.epoch} "
+            f"<RedisBus {redact_url(self.url)} prefix={self.prefix!r} epoch={self.epoch} "
             f"outbox={len(self._outbox)}>"
         )
 
@@ -317,7 +260,7 @@ class RedisBus:
             logger.warning(
                 "Redis at %s has a new epoch (%s, was %s): its data was lost; "
                 "clients resuming get a reset",
-                _redact(self.url),
+                redact_url(self.url),
                 epoch,
                 self.epoch,
             )
@@ -350,7 +293,7 @@ class RedisBus:
     async def start(self) -> None:
         """Start the flusher and lease tasks in the running asyncio loop (done for you
         by ``async with``, and by the first publish or subscription in a loop)."""
-        _require_asyncio("start()")
+        require_asyncio("start()")
         if self._closed:
             raise BusClosed("the bus is closed")
         self._start_here()
@@ -412,7 +355,7 @@ class RedisBus:
                 await self._reap_script(
                     args=[self.prefix, self.token, "worker stopped", int(self.session_ttl), "1"]
                 )
-            except _RETRYABLE as exc:
+            except RETRYABLE as exc:
                 logger.warning("could not give up the lease: %s", exc)
         await self._redis.aclose()
         self._sync.close()
@@ -433,7 +376,7 @@ class RedisBus:
             if self._closed:
                 raise BusClosed("the bus is closed")
             ts = self._clock()
-            seq = int(ts * 1000) * _SCALE
+            seq = int(ts * 1000) * SCALE
             if seq <= self._last:
                 seq = self._last + 1
             self._last = seq
@@ -479,7 +422,7 @@ class RedisBus:
                 asyncio.get_running_loop()
             except RuntimeError:
                 if current_backend() == "trio":
-                    _require_asyncio("publish()")
+                    require_asyncio("publish()")
                 return  # no loop yet: the outbox is flushed once one starts the bus
             self._start_here()
             return
@@ -496,7 +439,7 @@ class RedisBus:
     async def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every event published before this call reached Redis (or was
         dropped by the outbox policy). ``TimeoutError`` after ``timeout`` seconds."""
-        _require_asyncio("flush()")
+        require_asyncio("flush()")
         if not self._closed:
             self._start_here()
         target = self._published
@@ -508,7 +451,7 @@ class RedisBus:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"{target - self._settled} events not yet written to Redis "
-                    f"({_redact(self.url)} unreachable?)"
+                    f"({redact_url(self.url)} unreachable?)"
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
@@ -531,7 +474,7 @@ class RedisBus:
                     break
                 try:
                     await self._write(batch)
-                except _RETRYABLE as exc:
+                except RETRYABLE as exc:
                     self._stats.flush_errors += 1
                     if self._down_since is None:
                         self._down_since = time.monotonic()
@@ -575,7 +518,7 @@ class RedisBus:
                 args += ("S", session)
             data = to_dict(ev)
             del data["id"]
-            entry = _seq_entry(event_seq(ev.id))
+            entry = seq_entry(event_seq(ev.id))
             blob = dumps(data)
             kind = kinds.get(type(ev))
             if kind is None:
@@ -601,7 +544,7 @@ class RedisBus:
                     )
         if moved:
             stats.renumbered += len(moved)
-            seq = max(_entry_seq(str(m)) for m in moved)
+            seq = max(entry_seq(str(m)) for m in moved)
             with self._lock:
                 self._last = max(self._last, seq)
 
@@ -619,25 +562,25 @@ class RedisBus:
                 marks = self._marks[session] = ([0], deque())
             count = marks[0][0] = marks[0][0] + 1
             if count % step == 0:
-                marks[1].append((count, _seq_entry(event_seq(ev.id))))
+                marks[1].append((count, seq_entry(event_seq(ev.id))))
             while marks[1] and count - marks[1][0][0] >= self.replay:
                 due[session] = marks[1].popleft()[1]
         for session, entry in due.items():
             try:
                 await self._checkpoint(session, entry)
-            except _RETRYABLE as exc:
+            except RETRYABLE as exc:
                 logger.info("checkpoint of %s skipped: %s", session, exc)
 
     async def _checkpoint(self, session: str, entry: str) -> None:
         state = await self._read_state(session, upto=entry)
         reset = StreamReset(
-            id=make_id(state.epoch, _entry_seq(entry)),
+            id=make_id(state.epoch, entry_seq(entry)),
             session=session,
             ts=self._clock(),
             snapshot=state.folded().snapshot(),
         )
         blob = dumps(to_dict(reset))
-        trim = _seq_entry(_entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
+        trim = seq_entry(entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
         await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl), trim])
 
     # -- leases --------------------------------------------------------------------------
@@ -657,7 +600,7 @@ class RedisBus:
                         await pipe.execute()
                 if self.reap:
                     await self.reap_lost()
-            except _RETRYABLE as exc:
+            except RETRYABLE as exc:
                 logger.debug("lease renewal failed: %s", exc)
 
     async def reap_lost(self) -> int:
@@ -688,38 +631,11 @@ class RedisBus:
 
     # -- reading -------------------------------------------------------------------------
 
-    def _decode(self, epoch: str, entry: str, fields: Any) -> Event | None:
-        try:
-            if type(fields) is list and len(fields) == 2 and fields[0] == "e":
-                blob = fields[1]  # what the scripts return: [field, value]
-            else:
-                blob = fields["e"] if isinstance(fields, dict) else _pairs(fields)["e"]
-            data = json.loads(blob)
-            data["id"] = f"{epoch}-{_entry_seq(entry)}"
-            return from_dict(data)
-        except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
-            logger.warning("skipped a malformed stream entry %s: %s", entry, exc)
-            return None
-
-    def _parse_state(self, raw: Sequence[Any]) -> _State:
-        epoch, last, maxdel, ck_id, ck_state, entries = raw
+    def _parse_state(self, raw: Sequence[Any]) -> SessionState:
         view = LiveView(max_finished=self._max_finished, compare=self.compare)
-        floor = _entry_seq(maxdel)
-        if ck_id:
-            floor = max(floor, _entry_seq(ck_id))
-            try:
-                reset = from_dict(json.loads(ck_state))
-                view.apply(reset)
-            except (ValueError, EventDecodeError) as exc:
-                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
-        events = []
-        for entry, fields in entries:
-            ev = self._decode(epoch, entry, fields)
-            if ev is not None:
-                events.append((_entry_seq(entry), ev))
-        return _State(epoch or "", _entry_seq(last), floor, view, events)
+        return SessionState.parse(raw, view)
 
-    async def _read_state(self, session: str, upto: str = "+") -> _State:
+    async def _read_state(self, session: str, upto: str = "+") -> SessionState:
         raw = await self._state_script(args=[self.prefix, session, upto])
         state = self._parse_state(raw)
         if state.epoch != self.epoch:
@@ -731,7 +647,7 @@ class RedisBus:
     async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand, read from Redis plus
         this process's events not yet written (the async form of :meth:`snapshot`)."""
-        _require_asyncio("fetch_snapshot()")
+        require_asyncio("fetch_snapshot()")
         state = await self._read_state(session)
         return self._snapshot_of(session, state, run)
 
@@ -743,11 +659,11 @@ class RedisBus:
         """
         try:
             raw = self._sync_state(args=[self.prefix, session, "+"])
-        except _NETWORK_ERRORS as exc:
-            raise BusUnavailable(f"cannot reach Redis at {_redact(self.url)}: {exc}") from exc
+        except NETWORK_ERRORS as exc:
+            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
         return self._snapshot_of(session, self._parse_state(cast(Sequence[Any], raw)), run)
 
-    def _snapshot_of(self, session: str, state: _State, run: str | None) -> Snapshot:
+    def _snapshot_of(self, session: str, state: SessionState, run: str | None) -> Snapshot:
         view = state.folded()
         top = state.events[-1][0] if state.events else 0
         with self._lock:
@@ -813,157 +729,15 @@ class RedisBus:
                 "RedisBus subscriptions need session=: each session is one Redis stream "
                 "(see docs/scaling.md)"
             )
-        _require_asyncio("subscribe()")
+        require_asyncio("subscribe()")
         if self._closed:
             raise BusClosed("the bus is closed")
         self._start_here()
         with self._lock:
-            since = max(self._last, int(self._clock() * 1000) * _SCALE - 1)
+            since = max(self._last, int(self._clock() * 1000) * SCALE - 1)
             barrier = self._published
         sub: RedisSubscription[Any] = RedisSubscription(
             self, session, request=request, since=since, barrier=barrier
         )
         self._subs.add(sub)
         return sub
-
-
-def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
-
-
-class RedisSubscription(FedSubscription[E_co]):
-    """A :class:`~toolstream.Subscription` fed by blocking XREADs on a connection of its
-    own. It survives Redis restarts (reconnecting, continuing from its cursor) and
-    releases its connection when closed or cut."""
-
-    def __init__(
-        self,
-        bus: RedisBus,
-        session: str,
-        *,
-        request: StartRequest,
-        since: int,
-        barrier: int,
-    ) -> None:
-        super().__init__(
-            session,
-            request=request,
-            stats=bus._sub_stats,
-            reset_bytes=bus.reset_bytes,
-            clock=bus._clock,
-        )
-        self._rbus = bus
-        self._since = since
-        self._barrier = barrier
-        self._entry = "0-0"
-        self._epoch = bus.epoch
-        #: Reconnections to Redis this subscription made (a restart, a dropped link).
-        self.reconnects = 0
-
-    async def _read_start(self) -> BrokerStart:
-        bus = self._rbus
-        deadline = time.monotonic() + bus.connect_timeout
-        try:
-            await bus._settle(self._barrier, deadline)
-        except TimeoutError:
-            pass  # Redis is away: the read below says so
-        state = await retry_until(
-            lambda: bus._read_state(self.session or ""),
-            _RETRYABLE,
-            deadline,
-            f"Redis at {_redact(bus.url)}",
-        )
-        self._epoch = state.epoch
-        self._entry = _seq_entry(state.last)
-        return BrokerStart(
-            epoch=state.epoch,
-            retained=state.retained(),
-            live_seq=min(state.last, self._since),
-            last_seq=state.last,
-        )
-
-    async def _read_loop(self) -> None:
-        """Read the stream after the cursor, in batches, with one atomic script call
-        each (entries, the keyspace's epoch and the checkpoint together, so a gap left
-        by trimming is always noticed); block in XREAD only to wait for news."""
-        bus = self._rbus
-        key = f"{bus.prefix}:s:{self.session}"
-        count = max(1, min(512, bus.replay // 2))
-        args: list[Any] = [bus.prefix, self.session or "", "", count]
-        client: aredis.Redis | None = None
-        delay = 0.05
-        wait = False
-        try:
-            while not self.closed:
-                try:
-                    if client is None:
-                        client = bus._reader()
-                    if wait:
-                        await client.xread({key: self._entry}, count=1, block=5000)
-                    args[2] = self._entry
-                    reply: Any = await bus._after_script(args=args, client=client)
-                    if reply[0] != self._epoch:
-                        await self._epoch_lost()
-                        wait = False
-                        continue
-                    delay = 0.05
-                except _RETRYABLE as exc:
-                    if client is not None:
-                        await _close_quietly(client)
-                        client = None
-                        self.reconnects += 1
-                        logger.info("subscription to %s lost Redis (%s), reconnecting", key, exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    wait = False
-                    continue
-                checkpoint, entries = reply[1], reply[2]
-                if checkpoint and _entry_seq(checkpoint) > _entry_seq(self._entry):
-                    # Everything up to the checkpoint was trimmed, and this reader had
-                    # not read it all: cut (the consumer resumes, or gets a reset).
-                    self._cut_now("events it had not read were trimmed from Redis")
-                    return
-                wait = len(entries) < count
-                if not entries:
-                    continue
-                events = []
-                for entry, fields in entries:
-                    ev = bus._decode(self._epoch, entry, fields)
-                    if ev is not None:
-                        events.append(ev)
-                self._entry = entries[-1][0]
-                if not self._append(events):
-                    return
-        finally:
-            if client is not None:
-                await _close_quietly(client)
-
-    async def _epoch_lost(self) -> None:
-        """Redis came back without its data: deliver a reset of what it has now."""
-        bus = self._rbus
-        await bus._ensure_epoch()
-        state = await bus._read_state(self.session or "")
-        top = state.last
-        reset = StreamReset(
-            id=make_id(state.epoch, top),
-            session=self.session or "",
-            ts=bus._clock(),
-            run_id=self.run,
-            snapshot=bound_snapshot(state.folded().snapshot(run_id=self.run), bus.reset_bytes),
-        )
-        bus._stats.resets += 1
-        self._epoch = state.epoch
-        self._entry = _seq_entry(top)
-        self._push_reset(reset)
-
-    def close(self) -> None:
-        """Release the subscription: its reader stops and its connection closes."""
-        super().close()
-        self._rbus._subs.discard(self)
-
-
-async def _close_quietly(client: aredis.Redis) -> None:
-    try:
-        await asyncio.shield(client.aclose())
-    except Exception:  # pragma: no cover - closing a dead connection
-        pass

@@ -1,0 +1,155 @@
+"""What the Redis bus and its subscriptions share: the client library, the retryable
+errors, and how stream entry ids map to event ids."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+
+from toolstream._core.codec import from_dict
+from toolstream._core.errors import EventDecodeError
+from toolstream._core.events import Event
+from toolstream._core.start import Retained
+from toolstream._core.view import LiveView
+from toolstream._core.wake import current_backend
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.commands.core import AsyncScript
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("toolstream.redis needs redis-py: pip install 'toolstream[redis]'") from exc
+
+logger = logging.getLogger("toolstream.redis")
+
+__all__ = [
+    "NETWORK_ERRORS",
+    "SessionState",
+    "decode_entry",
+    "AsyncScript",
+    "aredis",
+    "redis",
+    "RETRYABLE",
+    "SCALE",
+    "close_quietly",
+    "entry_seq",
+    "redact_url",
+    "require_asyncio",
+    "seq_entry",
+]
+
+#: An event id's number is the stream entry id ``ms-n`` as ``ms * SCALE + n``: the
+#: same order, and the ``"<epoch>-<number>"`` shape every client already parses.
+SCALE = 1_000_000
+NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: The connection errors plus a Redis that is up but still loading its data.
+RETRYABLE = (*NETWORK_ERRORS, redis.BusyLoadingError)
+
+
+def entry_seq(entry: str) -> int:
+    """The event id number of stream entry id ``entry``."""
+    ms, _, n = entry.partition("-")
+    k = int(n)
+    if k >= SCALE:
+        raise ValueError(f"stream entry id {entry!r} is beyond what event ids encode")
+    return int(ms) * SCALE + k
+
+
+def seq_entry(seq: int) -> str:
+    """The stream entry id of event id number ``seq``."""
+    return f"{seq // SCALE}-{seq % SCALE}"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password hidden, for messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def require_asyncio(what: str) -> None:
+    """``RuntimeError`` unless running on asyncio (redis-py has no trio support)."""
+    if current_backend() != "asyncio":
+        raise RuntimeError(
+            f"RedisBus {what} runs on asyncio only (redis-py has no trio support); "
+            "use EventBus under trio, or run the gateway on asyncio"
+        )
+
+
+async def close_quietly(client: aredis.Redis) -> None:
+    """Close a connection that may already be dead."""
+    try:
+        await asyncio.shield(client.aclose())
+    except Exception:  # pragma: no cover - closing a dead connection
+        pass
+
+
+def decode_entry(epoch: str, entry: str, fields: Any) -> Event | None:
+    """The event stored in stream entry ``entry`` (None, logged, if it is malformed)."""
+    try:
+        if type(fields) is list and len(fields) == 2 and fields[0] == "e":
+            blob = fields[1]  # what the scripts return: [field, value]
+        elif isinstance(fields, dict):
+            blob = fields["e"]
+        else:
+            blob = dict(zip(fields[::2], fields[1::2], strict=True))["e"]
+        data = json.loads(blob)
+        data["id"] = f"{epoch}-{entry_seq(entry)}"
+        return from_dict(data)
+    except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
+        logger.warning("skipped a malformed stream entry %s: %s", entry, exc)
+        return None
+
+
+@attrs.frozen
+class SessionState:
+    """A session as read from Redis in one atomic step (the READ_STATE script)."""
+
+    epoch: str
+    last: int  # last-generated entry id, as a number
+    floor: int  # cursors below this cannot be served (trimmed, or before the checkpoint)
+    base: LiveView  # the state at the checkpoint (or empty)
+    events: list[tuple[int, Event]]  # retained events after the checkpoint
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any], view: LiveView) -> SessionState:
+        """The script's reply; ``view`` (empty) becomes the state at the checkpoint."""
+        epoch, last, maxdel, ck_id, ck_state, entries = raw
+        floor = entry_seq(maxdel)
+        if ck_id:
+            floor = max(floor, entry_seq(ck_id))
+            try:
+                view.apply(from_dict(json.loads(ck_state)))
+            except (ValueError, EventDecodeError) as exc:
+                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
+        events = []
+        for entry, fields in entries:
+            event = decode_entry(epoch, entry, fields)
+            if event is not None:
+                events.append((entry_seq(entry), event))
+        return cls(epoch or "", entry_seq(last), floor, view, events)
+
+    def folded(self) -> LiveView:
+        """The state after every retained event (advances the base view: call once)."""
+        view = self.base
+        for _, event in self.events:
+            view.apply(event)
+        return view
+
+    def retained(self) -> Retained:
+        """What a subscription starts from."""
+        return Retained(
+            [event for _, event in self.events],
+            [seq for seq, _ in self.events],
+            self.base,
+            self.floor,
+        )
