@@ -43,6 +43,9 @@ UNSET: Final[Any] = object()
 # Internal state codes: order is the lifecycle order.
 NEW, CREATED, READY, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4
 
+#: The events that may open a call, and so carry its title.
+_TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
+
 _STATE_NAMES = {
     NEW: None,
     CREATED: CallState.CREATED,
@@ -176,7 +179,8 @@ class CallHandle:
         """What every report checks first (the tracker's lock held): the tracker is open
         and the call's state allows ``op`` (else a violation: False). A report that
         implies the call runs (``runs``) starts it first."""
-        if not self._tracker._allowed(self, op, allowed):
+        t = self._tracker
+        if not (allowed and not t._closed) and not t._allowed(self, op, allowed):
             return False
         if runs and self._state < RUNNING:
             self._start_locked(UNSET, None)
@@ -415,9 +419,10 @@ class CallHandle:
     # -- internals (the tracker's lock is held) ------------------------------------------
 
     def _emit(self, cls: type[Event], first: bool, **fields: Any) -> None:
-        """Publish one event of this call; the call's first event carries its title."""
-        if first and self.title is not None:
-            fields["title"] = self.title
+        """Publish one event of this call; the call's first event carries its title.
+        (Every field of the class is given: the bus's builder then takes its short path.)"""
+        if cls in _TITLED:
+            fields["title"] = self.title if first else None
         self._tracker._emit(cls, self, fields)
 
     def _announce(self) -> None:

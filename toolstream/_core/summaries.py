@@ -242,21 +242,16 @@ class Summaries:
 
 @attrs.frozen
 class SummaryKind:
-    """One kind of summary: the summarizer method that writes it, and the generic
-    sentence used when the summarizer has no such method or raises."""
+    """One kind of summary: the summarizer method that writes it, whether that method
+    takes the call only (``start``) or the call and a detail, and the generic sentence
+    used when the summarizer has no such method or raises."""
 
     method: str
     generic: Callable[[CallInfo, Any], str]
-
-    def ask(self, summarizer: object, call: CallInfo, detail: Any) -> object:
-        """The summarizer's sentence (its generic one when it lacks the method)."""
-        method = getattr(summarizer, self.method, None)
-        if not callable(method):
-            return self.generic(call, detail)
-        return method(call) if self is START else method(call, detail)
+    call_only: bool = False
 
 
-START = SummaryKind("start", lambda call, _: Summaries.generic_start(call))
+START = SummaryKind("start", lambda call, _: Summaries.generic_start(call), call_only=True)
 RESULT = SummaryKind("result", Summaries.generic_result)
 ERROR = SummaryKind("error", Summaries.generic_error)
 #: ``cancelled`` is not part of the Summarizer protocol: the generic sentence without it.
@@ -264,10 +259,17 @@ CANCELLED = SummaryKind("cancelled", Summaries.generic_cancelled)
 
 
 def summarize(summarizer: object, kind: SummaryKind, call: CallInfo, detail: Any) -> str | None:
-    """``kind``'s sentence for ``call`` from ``summarizer``. A summarizer that raises never
-    breaks the call: the generic sentence is used and the failure logged."""
+    """``kind``'s sentence for ``call`` from ``summarizer`` (its generic one when it lacks
+    the method). A summarizer that raises never breaks the call: the generic sentence is
+    used and the failure logged."""
     try:
-        text = kind.ask(summarizer, call, detail)
+        method = getattr(summarizer, kind.method, None)
+        if method is None:
+            text: object = kind.generic(call, detail)
+        elif kind.call_only:
+            text = method(call)
+        else:
+            text = method(call, detail)
     except Exception:
         logger.warning(
             "summarizer %r failed for %s of %r; using the generic text",
@@ -277,6 +279,6 @@ def summarize(summarizer: object, kind: SummaryKind, call: CallInfo, detail: Any
             exc_info=True,
         )
         text = kind.generic(call, detail)
-    if text is None or isinstance(text, str):
+    if text is None or type(text) is str:
         return text
     return str(text)

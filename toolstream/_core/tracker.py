@@ -26,10 +26,12 @@ from .coalescer import Coalescer
 from .errors import BusClosed, LifecycleError
 from .events import (
     ENVELOPE,
+    EVENT_TYPES,
     CallState,
     Event,
     JSONValue,
     RunFinished,
+    StreamReset,
     ToolCancelled,
     ToolOutputDelta,
     ToolProgress,
@@ -62,6 +64,9 @@ if _PROGRESS.fields != (*ENVELOPE, "fraction", "current", "total", "message", "d
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
 _TUPLE_BUILDERS = {ToolProgress: _PROGRESS.build_tuple, ToolOutputDelta: _OUTPUT.build_tuple}
+# The builders of the classes a tracker publishes, looked up once per event on the hot
+# path (each is its class's ``plan_of(cls).build``).
+_BUILDERS = {cls: plan_of(cls).build for cls in EVENT_TYPES if cls is not StreamReset}
 #: Ended call ids remembered, to tell a reused id from a new one.
 _MAX_FINISHED_IDS = 10_000
 
@@ -75,6 +80,8 @@ def _new_id(prefix: str) -> str:
 
 
 def _check_id(name: str, value: object) -> None:
+    if type(value) is str and value and value.isascii():
+        return  # the common case
     if not isinstance(value, str) or not value or not is_utf8(value):
         raise ValueError(f"{name} must be a non-empty string of valid text, got {value!r:.80}")
 
@@ -434,7 +441,7 @@ class Tracker:
         fast = self._fast
         try:
             if fast is not None:
-                fast(plan_of(cls).build, self.session, fields)
+                fast(_BUILDERS[cls], self.session, fields)
             else:
                 self.bus.publish(cls, **fields)
         except BusClosed:
