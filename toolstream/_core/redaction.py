@@ -71,10 +71,20 @@ _W = "A-Za-z0-9_"  # a character that would make a token prefix part of a longer
 
 #: The key words of ``key=value`` / ``key: value`` secrets in free text (the key ends
 #: with one of them: ``AWS_SECRET_ACCESS_KEY=``, ``X-Api-Key:``, ``?access_token=``).
-_KV_KEYS = (
-    r"(?i:password|passwd|passphrase|pwd|secret|token|api[_.\-]?key|access[_.\-]?key"
-    r"|private[_.\-]?key|client[_.\-]?secret|signature)"
+_KV_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "api[_.\\- ]?key",
+    "access[_.\\-]?key",
+    "private[_.\\-]?key",
+    "client[_.\\-]?secret",
+    "signature",
 )
+_KV_KEYS = "(?i:" + "|".join(_KV_WORDS) + ")"
 #: A value in free text: up to the next character that cannot be part of one. An auth
 #: scheme word is not the value (``token: Bearer abc``: the Bearer pattern takes it).
 _KV_VALUE = r"(?!(?i:bearer|basic)\s)[^\s\"'`,;<>()\[\]{}|&]+"
@@ -132,10 +142,23 @@ _KEEP = re.compile(
 # Characters that never occur inside a secret token: a token ends at one of them.
 _SEPARATOR_CLASS = r"[\s\"'`,;<>()\[\]{}|]"
 _ANY_SEPARATOR = re.compile(_SEPARATOR_CLASS)
+
+
+def _reversed_word(word: str) -> str:
+    """A key word pattern read backwards (``api[_.\\-]?key`` -> ``yek[_.\\-]?ipa``)."""
+    parts = re.findall(r"\[[^\]]*\]\??|.", word)
+    return "".join(reversed(parts))
+
+
 # What may come right before a secret that separators split from it: an auth scheme
-# word, or the key of a key=value secret (with its quotes, "=" or ":", and blanks).
-_INTRODUCER = re.compile(
-    rf"(?:(?i:bearer|basic)\s{{0,16}}|{_KV_KEYS}[\"']?[ \t]{{0,8}}(?:[=:][ \t]{{0,8}}[\"']?)?)\Z"
+# word, or the key of a key=value secret (with its quotes, "=" or ":", and blanks). It is
+# matched at the start of the reversed text before a cut (cost: the introducer's length,
+# not a window's), so it is written backwards: what ends the introducer comes first.
+_INTRODUCER_REVERSED = re.compile(
+    r"(?:\s{0,16}(?i:reraeb|cisab)"
+    r"|(?:[\"']?[ \t]{0,8}[=:])?[ \t]{0,8}[\"']?(?i:"
+    + "|".join(_reversed_word(w) for w in _KV_WORDS)
+    + "))"
 )
 _INTRODUCER_WINDOW = 96  # the longest introducer, with its blanks, fits in this
 # A URL's credentials may contain separators ("postgres://u:p;w(d@host"): from "://",
@@ -344,10 +367,11 @@ def _safe_cut(text: str) -> int:
                     cut = _token_start(text, found.start() + 1)
                     break
     while cut > 0:
-        introducer = _INTRODUCER.search(text, max(0, cut - _INTRODUCER_WINDOW), cut)
+        before = text[max(0, cut - _INTRODUCER_WINDOW) : cut][::-1]
+        introducer = _INTRODUCER_REVERSED.match(before)
         if introducer is None:
             break
-        cut = _token_start(text, introducer.start() + 1)
+        cut = _token_start(text, cut - introducer.end() + 1)
     return cut
 
 

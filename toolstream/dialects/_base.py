@@ -185,6 +185,11 @@ class Encoder:
             self.last_id = frames[-1].id
         return frames
 
+    @property
+    def skipping(self) -> bool:
+        """True while the first messages of an event this client has are still to skip."""
+        return self._skip_event is not None
+
     def shares(self, event: Event) -> bool:
         """Whether this connection's frames for ``event`` are the same as every other
         connection's: a stateless dialect, an event every client gets whole (not a

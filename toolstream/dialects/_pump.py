@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
-from toolstream import Event, Subscription
+from toolstream import Event, StreamReset, Subscription
 
 from ._base import EncodedFrame, Encoder
 from .native import Native
@@ -99,30 +99,52 @@ class Pump(Generic[T]):
     def encode(self, batch: list[Event]) -> list[T]:
         """A batch of events, encoded and formatted."""
         encoder = self.encoder
+        fmt = self.fmt
         cache = self.cache
         if cache is not None and cache.users < 2:
-            cache = None
+            cache = None  # nobody to share with: skip the bookkeeping
+        native = fmt.native if self._native else None
+        if cache is None and native is None:
+            return [fmt.frame(f) for event in batch for f in encoder.encode(event)]
+        # The hot path of a stream: what Encoder.shares() decides, checked inline (a
+        # stateless dialect was checked once; no skip pending; not a reset), then the
+        # shared encoding or the native shortcut. tests/test_pump.py checks it against
+        # the plain path.
+        name = encoder.dialect.name
+        items = cache._items if cache is not None else None
         out: list[T] = []
+        passed: Event | None = None
         for event in batch:
-            if cache is not None and encoder.shares(event):
-                key = (encoder.dialect.name, event.session, event.id)
-                found = cache.get(key)
-                if found is None:
-                    found = self._encode(event)
-                    cache.put(key, found)
+            if encoder.skipping or type(event) is StreamReset:
+                out += [fmt.frame(f) for f in encoder.encode(event)]
+                passed = None
+                continue
+            passed = event
+            if items is None:
+                assert native is not None  # no cache: only the native shortcut gets here
+                written = native(event)
+                if written is None:
+                    out += [fmt.frame(f) for f in encoder.encode(event)]
+                    passed = None
                 else:
-                    encoder.passed(event)
-                out += found
-            else:
-                out += self._encode(event)
+                    out.append(written)
+                continue
+            key = (name, event.session, event.id)
+            found = items.get(key)
+            if found is None:
+                found = self._encode(event)
+                assert cache is not None
+                cache.put(key, found)
+            out += found
+        if passed is not None:
+            encoder.passed(passed)
         return out
 
     def _encode(self, event: Event) -> tuple[T, ...]:
         encoder = self.encoder
-        if self._native and encoder.shares(event):
+        if self._native:
             written = self.fmt.native(event)
             if written is not None:
-                encoder.passed(event)
                 return (written,)
         fmt = self.fmt
         return tuple(fmt.frame(f) for f in encoder.encode(event))
