@@ -301,3 +301,32 @@ def test_get_and_resolve() -> None:
         dialects.resolve(42)  # type: ignore[arg-type]
     with pytest.raises(ts.DialectError):
         dialects.resolve(dict)  # type: ignore[arg-type]
+
+
+def test_a_dialect_must_say_whether_it_is_stateless() -> None:
+    class NoFlag:
+        name = "noflag"
+
+        def __init__(self) -> None:
+            self.headers: dict[str, str] = {}
+
+        def open(self) -> list[dialects.WireMessage]:
+            return []
+
+        def encode(self, event: ts.Event) -> list[dialects.WireMessage]:
+            return []
+
+        def close(self) -> list[dialects.WireMessage]:
+            return []
+
+        def prime(self, snapshot: ts.Snapshot) -> None:
+            pass
+
+    with pytest.raises(ts.DialectError, match="stateless"):
+        dialects.resolve(NoFlag)  # type: ignore[arg-type]
+
+
+def test_the_old_frame_name_still_works_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="EncodedFrame"):
+        old = dialects.Frame
+    assert old is dialects.EncodedFrame

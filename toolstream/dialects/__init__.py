@@ -75,7 +75,10 @@ def resolve(spec: DialectSpec) -> tuple[str, Callable[[], Dialect]]:
         raise DialectError(f"a dialect is a name, a class or a factory, not {spec!r}")
     probe = spec()
     if not isinstance(probe, Dialect):
-        raise DialectError(f"{spec!r} does not make a Dialect (open/encode/close/prime)")
+        raise DialectError(
+            f"{spec!r} does not make a Dialect: it needs name, headers, stateless, open, "
+            "encode, close and prime (subclass BaseDialect for the defaults)"
+        )
     return str(getattr(probe, "name", "custom")), spec
 
 
