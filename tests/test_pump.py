@@ -90,3 +90,29 @@ def test_stateful_dialects_are_never_shared() -> None:
     cache.users = 5
     pump = Pump(sub, Encoder(dialects.get("agui")), SSEFormat(), cache=cache)
     assert pump.cache is None
+
+
+def test_the_inline_sharing_decision_is_encoder_shares() -> None:
+    # Pump.encode checks what Encoder.shares() decides inline (the hot path): the events
+    # it shares must be exactly those shares() accepts, event by event.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    tracker = ts.Tracker(bus, "s1")
+    for i in range(4):
+        tracker.create("t", call_id=f"c{i}").complete(i)
+    events = bus.subscribe(session="s1", after=f"{bus.epoch}-0").take_nowait()
+    reset = bus.subscribe(session="s1", snapshot=True).take_nowait()[0]
+    batch = [events[0], reset, *events[1:]]
+    for skip_at in (None, 0, 3):
+        skip = batch[skip_at].id if skip_at is not None else None
+        cache: FrameCache[object] = FrameCache()
+        cache.users = 2
+        plain = Encoder(dialects.get("native"), skip_event=skip, skip=1)
+        expected = []
+        for event in batch:
+            if plain.shares(event):
+                expected.append(event.id)
+            plain.encode(event)
+        encoder = Encoder(dialects.get("native"), skip_event=skip, skip=1)
+        Pump(sub, encoder, SSEFormat(), cache=cache).encode(batch)
+        assert [key[2] for key in cache._items] == expected, skip_at

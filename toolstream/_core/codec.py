@@ -36,7 +36,6 @@ __all__ = ["SCHEMA_VERSION", "from_dict", "json_schema", "to_dict"]
 SCHEMA_VERSION = 1
 
 _Decoder = Callable[[object, "_Path"], object]
-_Encoder = Callable[[object], object]
 
 
 # -- type introspection shared by encoding, decoding and the schema -----------------------

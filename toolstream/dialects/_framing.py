@@ -25,6 +25,7 @@ from toolstream import (
     Snapshot,
     StreamReset,
 )
+from toolstream._core.ids import seq_key
 
 from ._base import BaseDialect, WireMessage
 
@@ -43,13 +44,6 @@ class CallMemory:
     input_done: bool = False  # the input is complete on the client's side
     input_streamed: bool = False  # some input text was sent as deltas
     output_text: str = ""  # text output accumulated (AI SDK preliminary output)
-
-
-def _seq(event_id: str | None) -> tuple[int, str]:
-    if not event_id:
-        return (2**62, "")
-    _, _, seq = event_id.rpartition("-")
-    return (int(seq), event_id) if seq.isdigit() else (2**62, event_id)
 
 
 class RunFraming:
@@ -135,7 +129,7 @@ class RunFraming:
             return run, False, _oldest_first(calls)
         loose = [c for c in open_calls if c.run_id is None]
         if loose:
-            first = min(loose, key=lambda c: _seq(c.first_event_id))
+            first = min(loose, key=lambda c: seq_key(c.first_event_id))
             return f"implicit-{first.first_event_id or first.call_id}", True, _oldest_first(loose)
         return None, False, []
 
@@ -147,7 +141,7 @@ class RunFraming:
 
 
 def _oldest_first(calls: list[CallSnapshot]) -> list[CallSnapshot]:
-    return sorted(calls, key=lambda c: _seq(c.first_event_id))
+    return sorted(calls, key=lambda c: seq_key(c.first_event_id))
 
 
 def input_done(call: CallSnapshot) -> bool:

@@ -14,7 +14,7 @@ may be shared is the encoder's decision (:meth:`Encoder.shares`), never the cach
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Hashable
+from collections.abc import AsyncGenerator
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -27,6 +27,8 @@ from .native import Native
 __all__ = ["FrameCache", "Pump", "WireFormat"]
 
 T = TypeVar("T")
+#: (dialect name, session, event id): a broker bus's ids are per session.
+CacheKey = tuple[str, str, str]
 T_co = TypeVar("T_co", covariant=True)
 
 
@@ -51,13 +53,13 @@ class FrameCache(Generic[T]):
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self.users = 0
-        self._items: dict[Hashable, tuple[T, ...]] = {}
+        self._items: dict[CacheKey, tuple[T, ...]] = {}
 
-    def get(self, key: Hashable) -> tuple[T, ...] | None:
+    def get(self, key: CacheKey) -> tuple[T, ...] | None:
         """The encoding stored under ``key``, if any."""
         return self._items.get(key)
 
-    def put(self, key: Hashable, value: tuple[T, ...]) -> None:
+    def put(self, key: CacheKey, value: tuple[T, ...]) -> None:
         """Store an encoding (dropping the oldest quarter when full)."""
         items = self._items
         if len(items) >= self.size:
