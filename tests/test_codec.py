@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolstream as ts
+from tests.strategies import json_values
 from toolstream.schema import render
 
 SCHEMA_PATH = Path(__file__).parent.parent / "docs" / "schema" / "native-v1.json"
@@ -227,13 +228,7 @@ def test_a_list_in_an_enum_field_is_a_decode_error() -> None:
         ts.from_dict({**data, "type": "run.finished", "outcome": {"x": 1}})
 
 
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+_JSON = json_values(max_leaves=20, text=10)
 _FIELDS = st.sampled_from(
     [
         "v",

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 import toolstream as ts
+from tests.strategies import json_values
 from toolstream.providers import AnthropicIngest, OpenAIChatIngest, OpenAIResponsesIngest
 from toolstream.testing import assert_lifecycle
 
@@ -767,13 +768,7 @@ def test_malformed_chunks_raise_only_provider_stream_errors(
         ingest.feed(chunk)  # a non-call item: ignored
 
 
-_JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=12,
-)
+_JSONISH = json_values(max_leaves=12, text=8)
 _KEYS = st.sampled_from(
     [
         "type",

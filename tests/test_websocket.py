@@ -15,6 +15,7 @@ from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
 import toolstream as ts
+from tests.strategies import json_values
 from toolstream.websocket import WebSocketApp
 
 from .servers import Served, serve
@@ -377,13 +378,7 @@ _DOCUMENTED_CODES = {
     "forbidden",
     "unavailable",
 }
-_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+_VALUES = json_values(max_leaves=8, text=6)
 _MESSAGE = st.one_of(
     st.text(max_size=30),
     st.binary(max_size=30),
