@@ -49,7 +49,7 @@ def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterat
         # uvicorn end the open streams itself, after a short grace period.
         uvicorn.Config(
             app,
-            lifespan="off",
+            lifespan=config.pop("lifespan", "off"),
             log_level="warning",
             ws=ws,
             timeout_graceful_shutdown=config.pop("timeout_graceful_shutdown", 0.5),

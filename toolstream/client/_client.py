@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -48,22 +49,25 @@ class _Client:
         self.reconnect_delay = reconnect_delay
         self.max_reconnects = max_reconnects
 
-    def frames(self) -> AsyncIterator[Frame]:  # pragma: no cover - abstract
+    def frames(self) -> AsyncGenerator[Frame, None]:  # pragma: no cover - abstract
         """Every frame, across reconnections."""
         raise NotImplementedError
 
-    async def events(self) -> AsyncIterator[ts.Event]:
-        """The native events (``dialect="native"``), each applied to ``view`` first."""
-        async for frame in self.frames():
-            if not isinstance(frame.data, dict):
-                continue
-            try:
-                event = ts.from_dict(frame.data)
-            except ts.EventDecodeError:
-                logger.warning("not a native event (wrong dialect?): %.80s", frame.data)
-                continue
-            self.view.apply(event)
-            yield event
+    async def events(self) -> AsyncGenerator[ts.Event, None]:
+        """The native events (``dialect="native"``), each applied to ``view`` first.
+        (Stopping early? ``async with contextlib.aclosing(client.events()) as events``
+        closes the connection at once.)"""
+        async with aclosing(self.frames()) as frames:
+            async for frame in frames:
+                if not isinstance(frame.data, dict):
+                    continue
+                try:
+                    event = ts.from_dict(frame.data)
+                except ts.EventDecodeError:
+                    logger.warning("not a native event (wrong dialect?): %.80s", frame.data)
+                    continue
+                self.view.apply(event)
+                yield event
 
     def _may_retry(self) -> bool:
         return self.max_reconnects is None or self.reconnects < self.max_reconnects
@@ -107,12 +111,15 @@ class SSEClient(_Client):
         self.headers = dict(headers or {})
         self.last_id = last_event_id
 
-    async def frames(self) -> AsyncIterator[Frame]:
+    async def frames(self) -> AsyncGenerator[Frame, None]:
         """Every frame, across reconnections."""
         import httpx
         from httpx_sse import aconnect_sse
 
-        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as http:
+        # Redirects are followed: an SSEApp mounted under a path answers 307 to the same
+        # path with a trailing slash (see docs/gateway.md).
+        timeout = httpx.Timeout(10.0, read=None)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
             while True:
                 headers = dict(self.headers)
                 if self.last_id:
@@ -176,7 +183,7 @@ class WebSocketClient(_Client):
         self.headers = dict(headers or {})
         self.last_id = after
 
-    async def frames(self) -> AsyncIterator[Frame]:
+    async def frames(self) -> AsyncGenerator[Frame, None]:
         """Every frame, across reconnections."""
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed
