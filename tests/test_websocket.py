@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -443,3 +444,68 @@ def test_fuzzed_messages_get_documented_replies_only(messages: list[str | bytes]
         if reply["op"] == "error":
             assert reply["code"] in _DOCUMENTED_CODES, reply
     assert bus.subscriber_count() == 0, "every subscription released"
+
+
+class _Errors(logging.Handler):
+    """Collects the ERROR records uvicorn logs ("Exception in ASGI application")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize(
+    ("ws_impl", "framework"),
+    [("websockets-sansio", False), ("auto", False), ("auto", True)],
+    ids=["sansio", "uvicorn-default", "fastapi"],
+)
+def test_clients_closing_at_any_point_log_no_error(ws_impl: str, framework: bool) -> None:
+    import random
+    import threading
+
+    bus = ts.EventBus()
+    app: Any = WebSocketApp(bus)
+    if framework:
+        from fastapi import FastAPI
+        from starlette.routing import WebSocketRoute
+
+        api = FastAPI()
+        api.routes.append(WebSocketRoute("/", app))
+        app = api
+    errors = _Errors()
+    logging.getLogger("uvicorn.error").addHandler(errors)
+    stop = threading.Event()
+
+    def publish() -> None:
+        tracker = ts.Tracker(bus, "s1")
+        call = tracker.create("busy")
+        i = 0
+        while not stop.is_set():  # a busy stream, ~1,000 events/s
+            call.progress(current=i)
+            i += 1
+            time.sleep(0.001)
+
+    producer = threading.Thread(target=publish, daemon=True)
+    rng = random.Random(7)
+    try:
+        with serve(app, ws=ws_impl) as server:
+            producer.start()
+            for _ in range(300):
+                with connect(ws_url(server), close_timeout=1, max_queue=None) as ws:
+                    send(ws, op="subscribe", session="s1")
+                    for _ in range(rng.randrange(0, 30)):
+                        ws.recv(timeout=5)
+                # the client closes cleanly, mid-stream
+            stop.set()
+            producer.join()
+            deadline = time.monotonic() + 10
+            while bus.subscriber_count() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert bus.subscriber_count() == 0, "every subscription released"
+    finally:
+        stop.set()
+        logging.getLogger("uvicorn.error").removeHandler(errors)
+    assert [r.getMessage() for r in errors.records] == []
