@@ -20,8 +20,13 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[test]'
 	@touch $@
 
+# make demo HOST=0.0.0.0 PORT=9000, and ARGS="--turns 3 --speed 2" for more options.
+HOST ?= 127.0.0.1
+PORT ?= 8765
+ARGS ?=
+
 demo: $(VENV)/.installed-demo
-	$(BIN)/toolstream demo
+	$(BIN)/toolstream demo --host $(HOST) --port $(PORT) $(ARGS)
 
 test: lint typecheck pytest
 

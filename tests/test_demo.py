@@ -283,3 +283,50 @@ def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
         assert page.evaluate("document.querySelectorAll('.spinner').length") == 1
         assert errors == []
     bus.close()
+
+
+def _demo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolstream", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_a_busy_port_gets_one_line_that_says_what_to_do() -> None:
+    with bind() as busy:
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = _demo("--port", str(port))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in lines[0]
+    assert f"--port {port + 1}" in lines[0] and f"make demo PORT={port + 1}" in lines[0]
+
+
+def test_turns_stop_the_web_demo_as_they_stop_the_terminal_one() -> None:
+    with bind() as probe:
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    web = _demo("--port", str(port), "--turns", "1", "--speed", "20")
+    assert web.returncode == 0, web.stderr
+    assert "stops after 1 turn" in web.stdout
+    assert time.monotonic() - started < 30
+    terminal = _demo("--terminal", "--plain", "--turns", "1", "--speed", "20")
+    assert terminal.returncode == 0, terminal.stderr
+
+
+def test_make_demo_takes_host_port_and_args() -> None:
+    done = subprocess.run(
+        ["make", "-n", "demo", "HOST=0.0.0.0", "PORT=9123", "ARGS=--turns 2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "toolstream demo --host 0.0.0.0 --port 9123 --turns 2" in done.stdout

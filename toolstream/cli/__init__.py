@@ -26,7 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     demo.add_argument(
-        "--turns", type=int, default=None, help="stop after N turns (default: until Ctrl-C)"
+        "--turns",
+        type=int,
+        default=None,
+        help="stop after N turns, the server too (default: until Ctrl-C)",
     )
     demo.add_argument("--speed", type=float, default=1.0, help="time factor (2 = twice as fast)")
     demo.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import resources
 from typing import Any
@@ -117,9 +118,12 @@ async def serve(
     turns: int | None = None,
     bus: ts.EventBus | None = None,
     on_ready: Callable[[str], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Run the gateway under uvicorn and the simulated agent on session ``demo`` until
-    the server exits (Ctrl-C) or the agent's turns are done."""
+    the server exits (Ctrl-C), or, with ``turns``, until the agent's turns are done (the
+    server then stops too, a second later: the page gets the last events). ``sock``: a
+    socket already bound (uvicorn binds ``host:port`` itself otherwise)."""
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
@@ -137,9 +141,12 @@ async def serve(
                 on_ready(f"http://{host}:{port}/")
             async with ts.Tracker(bus, SESSION) as tracker:
                 await run_agent(tracker, turns=turns, speed=speed)
+            if turns is not None:
+                await anyio.sleep(1.0)
+                server.should_exit = True
 
         async def server_task() -> None:
-            await server.serve()
+            await server.serve(sockets=None if sock is None else [sock])
             tg.cancel_scope.cancel()  # Ctrl-C: the agent stops with the server
 
         tg.start_soon(server_task)
