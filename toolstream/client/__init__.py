@@ -12,6 +12,6 @@ Needs the ``client`` extra (``httpx``, ``httpx-sse``, ``websockets``)::
 
 from __future__ import annotations
 
-from ._client import Frame, SSEClient, WebSocketClient
+from ._client import ConnectionStatus, Frame, SSEClient, WebSocketClient
 
-__all__ = ["Frame", "SSEClient", "WebSocketClient"]
+__all__ = ["ConnectionStatus", "Frame", "SSEClient", "WebSocketClient"]

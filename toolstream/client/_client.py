@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator
+import socket
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import anyio
@@ -17,7 +18,9 @@ import toolstream as ts
 
 logger = logging.getLogger("toolstream.client")
 
-__all__ = ["Frame", "SSEClient", "WebSocketClient"]
+__all__ = ["ConnectionStatus", "Frame", "SSEClient", "WebSocketClient"]
+
+_MAX_DELAY = 10.0  # the longest wait between two attempts
 
 
 @attrs.frozen
@@ -32,14 +35,33 @@ class Frame:
     data: Any
 
 
-def _with_query(url: str, params: dict[str, str]) -> str:
-    parts = urlsplit(url)
-    query = "&".join(q for q in (parts.query, urlencode(params)) if q)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, parts.fragment))
+@attrs.frozen
+class ConnectionStatus:
+    """Where a client's connection stands, for a user to see."""
+
+    #: ``"connecting"``, ``"connected"``, ``"reconnecting"`` (after ``retry_in`` s),
+    #: ``"ended"`` (the stream ended, or no more attempts).
+    state: Literal["connecting", "connected", "reconnecting", "ended"]
+    #: Why it is not connected (``"connection refused"``, ``"HTTP 503: …"``), if known.
+    reason: str | None = None
+    #: Seconds until the next attempt (``"reconnecting"``).
+    retry_in: float | None = None
+
+    def __str__(self) -> str:
+        if self.state == "reconnecting":
+            why = f": {self.reason}" if self.reason else ""
+            return f"reconnecting in {self.retry_in:.1f} s{why}"
+        return self.state if self.reason is None else f"{self.state}: {self.reason}"
 
 
 class _Client:
-    def __init__(self, *, reconnect_delay: float, max_reconnects: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        reconnect_delay: float,
+        max_reconnects: int | None,
+        on_status: Callable[[ConnectionStatus], object] | None,
+    ) -> None:
         #: The state of the session as the events received so far describe it.
         self.view = ts.LiveView()
         #: The id to resume from (the last frame received).
@@ -48,6 +70,10 @@ class _Client:
         self.reconnects = 0
         self.reconnect_delay = reconnect_delay
         self.max_reconnects = max_reconnects
+        #: Where the connection stands now (see ``on_status`` for changes).
+        self.status = ConnectionStatus("connecting")
+        self._on_status = on_status
+        self._delay = reconnect_delay
 
     def frames(self) -> AsyncGenerator[Frame, None]:  # pragma: no cover - abstract
         """Every frame, across reconnections."""
@@ -69,8 +95,30 @@ class _Client:
                 self.view.apply(event)
                 yield event
 
-    def _may_retry(self) -> bool:
-        return self.max_reconnects is None or self.reconnects < self.max_reconnects
+    def _set_status(self, status: ConnectionStatus) -> None:
+        if status == self.status:
+            return
+        self.status = status
+        if self._on_status is not None:
+            self._on_status(status)
+
+    def _connected(self) -> None:
+        self._delay = self.reconnect_delay
+        self._set_status(ConnectionStatus("connected"))
+
+    async def _retry(self, reason: str) -> bool:
+        """Wait before the next attempt (doubling up to 10 s while it keeps failing);
+        False when no attempt is left."""
+        if self.max_reconnects is not None and self.reconnects >= self.max_reconnects:
+            self._set_status(ConnectionStatus("ended", reason))
+            return False
+        delay = self._delay
+        self._delay = min(self._delay * 2, _MAX_DELAY)
+        self._set_status(ConnectionStatus("reconnecting", reason, delay))
+        await anyio.sleep(delay)
+        self.reconnects += 1
+        self._set_status(ConnectionStatus("connecting", reason))
+        return True
 
     async def __aenter__(self) -> _Client:
         return self
@@ -84,12 +132,54 @@ class _Client:
         return None
 
 
+def _with_query(url: str, params: dict[str, str]) -> str:
+    parts = urlsplit(url)
+    query = "&".join(q for q in (parts.query, urlencode(params)) if q)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, parts.fragment))
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason for a failed connection: the OS error under httpx's (or trio's
+    group of them), if any."""
+    pending: list[BaseException] = [exc]
+    while pending:
+        seen = pending.pop(0)
+        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return f"unknown host ({seen.strerror})"
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        group = getattr(seen, "exceptions", None)  # an exception group (3.10: a backport)
+        if isinstance(group, tuple | list):
+            pending.extend(e for e in group if isinstance(e, BaseException))
+        pending.extend(e for e in (seen.__cause__, seen.__context__) if e is not None)
+    return (str(exc) or type(exc).__name__)[:120]
+
+
+def _not_a_stream(url: str, content_type: str) -> ts.ToolstreamError:
+    parts = urlsplit(url)
+    hint = ""
+    if parts.path in ("", "/"):
+        events = urlunsplit((parts.scheme, parts.netloc, "/events", "", ""))
+        hint = f"; the demo's event stream is {events}"
+    return ts.ToolstreamError(
+        f"{urlunsplit((parts.scheme, parts.netloc, parts.path, '', ''))} is not an event "
+        f"stream (it answers {content_type or 'no content type'}, not text/event-stream)"
+        f"{hint}"
+    )
+
+
 class SSEClient(_Client):
     """Reads an :class:`~toolstream.sse.SSEApp` stream; reconnects with
     ``Last-Event-ID`` after a drop, so it misses nothing (or receives a reset).
 
     A per-run stream (``run=``) ends when the server ends it; a session stream is
-    followed until the iteration stops or ``max_reconnects`` is exhausted.
+    followed until the iteration stops or ``max_reconnects`` is exhausted. While the
+    server cannot be reached it retries, waiting ``reconnect_delay`` and twice as long
+    each time (up to 10 s); ``status`` says where it stands, and ``on_status`` is called
+    with each change. A URL that answers something other than an event stream, or an
+    HTTP error other than 5xx, raises :class:`~toolstream.ToolstreamError` saying so.
     """
 
     def __init__(
@@ -103,8 +193,11 @@ class SSEClient(_Client):
         last_event_id: str | None = None,
         reconnect_delay: float = 0.5,
         max_reconnects: int | None = None,
+        on_status: Callable[[ConnectionStatus], object] | None = None,
     ) -> None:
-        super().__init__(reconnect_delay=reconnect_delay, max_reconnects=max_reconnects)
+        super().__init__(
+            reconnect_delay=reconnect_delay, max_reconnects=max_reconnects, on_status=on_status
+        )
         params = {k: v for k, v in (("session", session), ("dialect", dialect), ("run", run)) if v}
         self.url = _with_query(url, params)
         self.run = run
@@ -114,26 +207,31 @@ class SSEClient(_Client):
     async def frames(self) -> AsyncGenerator[Frame, None]:
         """Every frame, across reconnections."""
         import httpx
-        from httpx_sse import aconnect_sse
+        from httpx_sse import EventSource
 
         # Redirects are followed: an SSEApp mounted under a path answers 307 to the same
         # path with a trailing slash (see docs/gateway.md).
         timeout = httpx.Timeout(10.0, read=None)
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
             while True:
-                headers = dict(self.headers)
+                headers = {"Accept": "text/event-stream", **self.headers}
                 if self.last_id:
                     headers["Last-Event-ID"] = self.last_id
-                ended = False
+                reason = "the stream ended"
                 try:
-                    async with aconnect_sse(http, "GET", self.url, headers=headers) as source:
-                        response = source.response
-                        if response.status_code != 200:
+                    async with http.stream("GET", self.url, headers=headers) as response:
+                        code = response.status_code
+                        if code != 200:
                             body = (await response.aread()).decode(errors="replace")
-                            raise ts.ToolstreamError(
-                                f"{self.url}: HTTP {response.status_code}: {body[:200]}"
-                            )
-                        async for sse in source.aiter_sse():
+                            failure = f"HTTP {code}: {body[:200]}"
+                            if code < 500:
+                                raise ts.ToolstreamError(f"{self.url}: {failure}")
+                            raise _Retry(failure)
+                        kind = response.headers.get("content-type", "")
+                        if not kind.startswith("text/event-stream"):
+                            raise _not_a_stream(str(response.url), kind)
+                        self._connected()
+                        async for sse in EventSource(response).aiter_sse():
                             if not sse.data:
                                 continue  # a heartbeat comment, as httpx-sse reports it
                             if sse.id:
@@ -147,21 +245,27 @@ class SSEClient(_Client):
                                 event=sse.event if sse.event != "message" else None,
                                 data=data,
                             )
-                    ended = True
+                    if self.run is not None:
+                        self._set_status(ConnectionStatus("ended"))
+                        return  # a per-run stream ends with its run
+                except _Retry as exc:
+                    reason = str(exc)
                 except (httpx.TransportError, httpx.StreamError) as exc:
-                    logger.info("stream dropped (%s); resuming after %s", exc, self.last_id)
-                if ended and self.run is not None:
-                    return  # a per-run stream ends with its run
-                if not self._may_retry():
+                    reason = _reason(exc)
+                    logger.info("stream dropped (%s); resuming after %s", reason, self.last_id)
+                if not await self._retry(reason):
                     return
-                self.reconnects += 1
-                await anyio.sleep(self.reconnect_delay)
+
+
+class _Retry(Exception):
+    """A failure worth another attempt (a 5xx)."""
 
 
 class WebSocketClient(_Client):
     """Reads a :class:`~toolstream.websocket.WebSocketApp` socket for one session;
     reconnects and resubscribes with ``after`` its last id after a drop. Answers the
-    server's pings. asyncio only (the ``websockets`` library)."""
+    server's pings. asyncio only (the ``websockets`` library). ``status`` and
+    ``on_status`` as for :class:`SSEClient`."""
 
     def __init__(
         self,
@@ -174,8 +278,11 @@ class WebSocketClient(_Client):
         after: str | None = None,
         reconnect_delay: float = 0.5,
         max_reconnects: int | None = None,
+        on_status: Callable[[ConnectionStatus], object] | None = None,
     ) -> None:
-        super().__init__(reconnect_delay=reconnect_delay, max_reconnects=max_reconnects)
+        super().__init__(
+            reconnect_delay=reconnect_delay, max_reconnects=max_reconnects, on_status=on_status
+        )
         self.url = url
         self.session = session
         self.dialect = dialect
@@ -186,9 +293,10 @@ class WebSocketClient(_Client):
     async def frames(self) -> AsyncGenerator[Frame, None]:
         """Every frame, across reconnections."""
         from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
         while True:
+            reason = "the socket closed"
             try:
                 async with connect(self.url, additional_headers=self.headers, max_size=None) as ws:
                     request: dict[str, Any] = {"op": "subscribe", "session": self.session}
@@ -205,6 +313,8 @@ class WebSocketClient(_Client):
                         op = message.get("op")
                         if op == "ping":
                             await ws.send('{"op":"pong"}')
+                        elif op == "subscribed":
+                            self._connected()
                         elif op == "event":
                             self.last_id = message["id"]
                             data = message.get("raw") if "raw" in message else message.get("data")
@@ -214,10 +324,18 @@ class WebSocketClient(_Client):
                                 f"{self.url}: {message.get('code')}: {message.get('message')}"
                             )
                         elif op == "unsubscribed":
+                            self._set_status(ConnectionStatus("ended"))
                             return  # a run subscription ended
-            except (ConnectionClosed, OSError) as exc:
-                logger.info("socket dropped (%s); resuming after %s", exc, self.last_id)
-            if not self._may_retry():
+            except InvalidStatus as exc:
+                code = exc.response.status_code
+                if code < 500:
+                    raise ts.ToolstreamError(
+                        f"{self.url}: the WebSocket handshake was refused with HTTP {code}"
+                        + (" (a trailing slash? see docs/gateway.md)" if code == 403 else "")
+                    ) from None
+                reason = f"HTTP {code}"
+            except (ConnectionClosed, InvalidHandshake, OSError) as exc:
+                reason = _reason(exc)
+                logger.info("socket dropped (%s); resuming after %s", reason, self.last_id)
+            if not await self._retry(reason):
                 return
-            self.reconnects += 1
-            await anyio.sleep(self.reconnect_delay)
