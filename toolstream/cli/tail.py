@@ -1,61 +1,122 @@
-"""``toolstream tail URL``: a toolstream endpoint's calls, live, in the terminal."""
+"""``toolstream tail URL``: a toolstream endpoint's calls, live, in the terminal.
+
+With ``--json`` it is a Unix filter: one JSON line per event on stdout, flushed as it
+comes; where the connection stands goes to stderr; a closed pipe (``| head``) or a
+SIGTERM ends it quietly with what was written intact.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from contextlib import aclosing
 from typing import Any
 
 import anyio
 
 import toolstream as ts
 
+__all__ = ["run_tail"]
 
-async def _tail(
-    url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
-) -> None:
+
+def _client(
+    url: str, *, session: str, dialect: str, headers: dict[str, str], on_status: Any
+) -> Any:
     from toolstream.client import SSEClient, WebSocketClient
 
-    client: SSEClient | WebSocketClient
     if url.startswith(("ws://", "wss://")):
-        client = WebSocketClient(url, session=session, dialect=dialect, headers=headers)
-    else:
-        client = SSEClient(url, session=session, dialect=dialect, headers=headers)
-    if as_json or dialect != "native":
-        async for frame in client.frames():
+        return WebSocketClient(
+            url, session=session, dialect=dialect, headers=headers, on_status=on_status
+        )
+    return SSEClient(url, session=session, dialect=dialect, headers=headers, on_status=on_status)
+
+
+async def _print_json(client: Any, dialect: str) -> None:
+    async with aclosing(client.frames()) as frames:
+        async for frame in frames:
             line: Any = (
                 frame.data
                 if dialect == "native"
                 else {"id": frame.id, "event": frame.event, "data": frame.data}
             )
-            print(json.dumps(line, ensure_ascii=False), flush=True)
-        return
+            sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+
+
+async def _show(client: Any, title: str) -> None:
     from .terminal import LiveRenderer
 
-    with LiveRenderer(client.view, title=f"toolstream tail {url} — session {session}") as screen:
+    failure: BaseException | None = None
+    with LiveRenderer(client.view, title=title, status=lambda: client.status) as screen:
         async with anyio.create_task_group() as tg:
 
-            async def tick() -> None:
+            async def tick() -> None:  # spinners, elapsed times, the connection status
                 while True:
                     await anyio.sleep(0.1)
                     screen.refresh()
 
             tg.start_soon(tick)
-            async for _ in client.events():
-                screen.refresh()
+            try:
+                async with aclosing(client.events()) as events:
+                    async for _ in events:
+                        screen.refresh()
+            except ts.ToolstreamError as exc:
+                failure = exc  # raised below, not inside an exception group
             tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def _tail(
+    url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
+) -> None:
+    def on_status(status: object) -> None:
+        if (as_json or dialect != "native") and getattr(status, "state", "") != "connecting":
+            print(f"toolstream tail: {status}", file=sys.stderr, flush=True)
+
+    client = _client(url, session=session, dialect=dialect, headers=headers, on_status=on_status)
+    failure: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        if sys.platform != "win32":
+            tg.start_soon(stop_on_signal)
+        try:
+            if as_json or dialect != "native":
+                await _print_json(client, dialect)
+            else:
+                await _show(client, f"toolstream tail {url} — session {session}")
+        except (ts.ToolstreamError, BrokenPipeError) as exc:
+            failure = exc  # raised below, outside the task group (not in a group)
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 def run_tail(
     url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
 ) -> int:
-    """Follow ``url`` until Ctrl-C; returns the exit code."""
+    """Follow ``url`` until Ctrl-C, SIGTERM or a closed stdout; returns the exit code."""
     try:
         anyio.run(
             lambda: _tail(url, session=session, dialect=dialect, as_json=as_json, headers=headers),
             backend="asyncio",
         )
     except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        # The reader went away (`| head -3`): stop quietly, as Unix tools do. Python
+        # would flush stdout again at exit and complain; point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 0
     except ts.ToolstreamError as exc:
         print(f"toolstream tail: {exc}", file=sys.stderr)

@@ -1,13 +1,18 @@
-"""A live terminal view of a LiveView (rich), shared by ``demo`` and ``tail``."""
+"""A live terminal view of a LiveView (rich), shared by ``demo`` and ``tail``.
+
+The view always fits the terminal: open calls first (they are what is happening),
+then the newest finished calls, newest first, and a one-line count of the finished
+calls that did not fit. The summary takes the width the fixed columns leave.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from rich import box
 from rich.console import Console, Group, RenderableType
-from rich.progress_bar import ProgressBar
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
@@ -26,6 +31,11 @@ _STYLE = {
     CallState.CANCELLED: ("⊘", "magenta"),
     CallState.LOST: ("?", "bright_black"),
 }
+_TERMINAL = (CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED, CallState.LOST)
+
+#: Lines the table itself takes besides its rows: the header and its rule.
+_TABLE_LINES = 2
+_TOOL_WIDTH = 16
 
 
 def _icon(call: CallSnapshot) -> RenderableType:
@@ -35,17 +45,27 @@ def _icon(call: CallSnapshot) -> RenderableType:
     return Text(symbol, style=style)
 
 
+def _state(call: CallSnapshot) -> Text:
+    _, style = _STYLE[call.state]
+    text = call.state.value
+    if call.state is CallState.RUNNING and call.fraction is not None:
+        text = f"running {round(call.fraction * 100):d}%"
+    return Text(text, style=style)
+
+
 def _detail(call: CallSnapshot) -> Text:
     if call.state is CallState.FAILED and call.error is not None:
         return Text(f"{call.error.type}: {call.error.message}", style="red")
     if call.state is CallState.CANCELLED:
-        return Text(call.summary or f"cancelled: {call.reason}", style="magenta")
+        if call.summary:
+            return Text(call.summary, style="magenta")
+        return Text(f"cancelled: {call.reason}" if call.reason else "cancelled", style="magenta")
     if call.state is CallState.LOST:
         return Text("lost in a restart", style="bright_black")
     if call.state is CallState.RUNNING and call.message:
         return Text(call.message)
     if call.state is CallState.CREATED and call.args_text:
-        return Text(call.args_text[-60:], style="cyan")
+        return Text(call.args_text[-200:], style="cyan")
     return Text(call.summary or "")
 
 
@@ -59,56 +79,137 @@ def _elapsed(call: CallSnapshot, now: float) -> str:
     return format_duration(max(0.0, end - start))
 
 
-def render_view(view: LiveView, *, title: str = "toolstream", max_rows: int = 25) -> RenderableType:
-    """The view's runs, batches and newest calls as a table."""
+def _pick(calls: list[CallSnapshot], rows: int) -> tuple[list[CallSnapshot], list[CallSnapshot]]:
+    """The calls to show in ``rows`` rows (open ones first, then the newest finished,
+    newest first), and the finished ones left out. A row is kept for the count."""
+    open_calls = [c for c in calls if c.state not in _TERMINAL]
+    finished = [c for c in calls if c.state in _TERMINAL]
+    finished.reverse()
+    if len(open_calls) + len(finished) <= rows:
+        return open_calls + finished, []
+    room = rows - 1  # one line says what is not shown
+    if len(open_calls) >= room:
+        return open_calls[-room:], finished  # the newest open calls
+    shown = room - len(open_calls)
+    return open_calls + finished[:shown], finished[shown:]
+
+
+def _left_out(hidden: list[CallSnapshot], open_hidden: int) -> Text:
+    parts: list[str] = []
+    if open_hidden:
+        parts.append(f"{open_hidden} more open")
+    if hidden:
+        counts = Counter(c.state.value for c in hidden)
+        detail = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        parts.append(f"{len(hidden)} earlier finished ({detail})")
+    return Text("  + " + " · ".join(parts), style="bright_black", no_wrap=True, overflow="ellipsis")
+
+
+def render_view(
+    view: LiveView,
+    *,
+    title: str = "toolstream",
+    status: Text | str | None = None,
+    width: int | None = None,
+    height: int | None = None,
+) -> RenderableType:
+    """The view's newest run and batch, and as many calls as ``height`` lines hold
+    (all of them without a height)."""
     now = time.time()
-    table = Table(box=box.SIMPLE_HEAVY, expand=True, title=title, title_justify="left")
-    table.add_column("", width=2, no_wrap=True)
-    table.add_column("tool", style="bold", no_wrap=True, max_width=20)
-    table.add_column("state", no_wrap=True, width=10)
-    table.add_column("progress", width=12, no_wrap=True)
-    table.add_column("time", justify="right", width=8, no_wrap=True)
-    table.add_column("summary", ratio=1, no_wrap=True, overflow="ellipsis")
-    calls = list(view.calls.values())[-max_rows:]
-    for call in calls:
-        if call.fraction is not None:
-            progress: RenderableType = ProgressBar(total=1.0, completed=call.fraction, width=10)
-        else:
-            progress = Text("")
-        _, style = _STYLE[call.state]
-        table.add_row(
-            _icon(call),
-            call.tool,
-            Text(call.state.value, style=style),
-            progress,
-            _elapsed(call, now),
-            _detail(call),
-        )
     lines: list[RenderableType] = []
+    # The connection status first: a long title (a URL) must not push it off the line.
+    head = Text(no_wrap=True, overflow="ellipsis")
+    if status:
+        head.append(status if isinstance(status, Text) else Text(status))
+        head.append("  ")
+    head.append(title, style="bold")
+    lines.append(head)
     for run in list(view.runs.values())[-1:]:
-        state = "running" if run.state == "running" else run.state
-        lines.append(Text(f"run {run.run_id}: {run.title or ''} [{state}]", style="bold"))
-    for batch in list(view.batches.values())[-2:]:
+        lines.append(
+            Text(
+                f"run {run.run_id}: {run.title or ''} [{run.state}]",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
+    for batch in list(view.batches.values())[-1:]:
         counts = ", ".join(f"{n} {state}" for state, n in sorted(batch.counts.items()))
-        lines.append(Text(f"batch {batch.batch_id}: {batch.phase} ({counts})", style="blue"))
-    return Group(*lines, table)
+        lines.append(
+            Text(
+                f"batch {batch.batch_id}: {batch.phase} ({counts})",
+                style="blue",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
+    narrow = width is not None and width < 60
+    table = Table(
+        box=box.SIMPLE_HEAD, expand=True, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0)
+    )
+    table.add_column("", width=1, no_wrap=True)
+    table.add_column("tool", style="bold", no_wrap=True, max_width=_TOOL_WIDTH)
+    table.add_column("state", no_wrap=True, width=11)
+    if not narrow:
+        table.add_column("time", justify="right", width=6, no_wrap=True)
+    table.add_column("summary", ratio=1, no_wrap=True, overflow="ellipsis", min_width=10)
+
+    calls = list(view.calls.values())
+    # With a height, the last line stays free: a terminal scrolls when it is written.
+    rows = len(calls) if height is None else max(height - len(lines) - _TABLE_LINES - 1, 2)
+    shown, hidden = _pick(calls, rows)
+    open_hidden = sum(1 for c in calls if c.state not in _TERMINAL) - sum(
+        1 for c in shown if c.state not in _TERMINAL
+    )
+    for call in shown:
+        cells: list[RenderableType] = [_icon(call), call.tool, _state(call)]
+        if not narrow:
+            cells.append(_elapsed(call, now))
+        cells.append(_detail(call))
+        table.add_row(*cells)
+    parts: list[RenderableType] = [*lines, table]
+    if hidden or open_hidden:
+        parts.append(_left_out(hidden, open_hidden))
+    return Group(*parts)
+
+
+def _status_text(status: object) -> Text:
+    state = getattr(status, "state", "")
+    style = {"connected": "green", "ended": "bright_black"}.get(state, "yellow")
+    return Text(f"● {status}", style=style)
 
 
 class LiveRenderer:
-    """Redraws a view at most ``fps`` times a second (rich ``Live``)."""
+    """Redraws a view at most ``fps`` times a second (rich ``Live``), fitted to the
+    terminal. ``status`` (optional) returns the connection status to show."""
 
     def __init__(
-        self, view: LiveView, *, title: str, console: Console | None = None, fps: float = 10
+        self,
+        view: LiveView,
+        *,
+        title: str,
+        console: Console | None = None,
+        fps: float = 10,
+        status: Callable[[], object] | None = None,
     ) -> None:
         from rich.live import Live
 
         self._view = view
         self._title = title
-        self._live = Live(console=console or Console(), auto_refresh=False, transient=False)
+        self._console = console or Console()
+        self._status = status
+        self._live = Live(console=self._console, auto_refresh=False, transient=False)
         self._interval = 1.0 / fps
         self._last = 0.0
-        self.render: Callable[[], RenderableType] = lambda: render_view(
-            self._view, title=self._title
+        self.render: Callable[[], RenderableType] = self._render
+
+    def _render(self) -> RenderableType:
+        size = self._console.size
+        return render_view(
+            self._view,
+            title=self._title,
+            status=_status_text(self._status()) if self._status is not None else None,
+            width=size.width,
+            height=size.height,
         )
 
     def __enter__(self) -> LiveRenderer:
