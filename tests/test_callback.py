@@ -170,8 +170,14 @@ async def test_hermes_style_callbacks_in_their_real_order() -> None:
         events = rec.events
     assert_lifecycle(events)
     assert tracker.violations == 0, "the redundant reports were absorbed, not flagged"
-    calls = sorted({e.call_id for e in events})
-    assert calls[:3] != [] and len(calls) == 3
+    # Each id-less start was held until its id came: the framework's ids, on every event.
+    assert sorted({e.call_id for e in events}) == ["call_a", "call_b", "call_c"]
+    started = [e for e in events if isinstance(e, ts.ToolStarted)]
+    assert [(e.call_id, e.title, e.args) for e in started] == [
+        ("call_a", "terminal preview", {"n": "call_a"}),
+        ("call_b", "terminal preview", {"n": "call_b"}),
+        ("call_c", "web_search preview", {"n": "call_c"}),
+    ]
     ends = {
         e.call_id: e.type
         for e in events
@@ -193,6 +199,53 @@ async def test_progress_only_frameworks_get_a_lifecycle_too() -> None:
         events = rec.events
     assert [e.type for e in events] == ["tool.started", "tool.progress", "tool.completed"]
     assert events[0].tool == "search" and events[1].fraction == 0.33  # type: ignore[attr-defined]
+
+
+async def test_the_docs_example_carries_the_frameworks_id_and_is_one_call() -> None:
+    # docs/callbacks.md: the id-less progress start comes first, the id-bearing one next.
+    bus = ts.EventBus()
+    async with Recorder(bus, session="s1") as rec:
+        tracker = ts.Tracker(bus, "s1")
+        hooks = legacy_callbacks(tracker)
+        hooks.tool_progress_callback("tool.started", "terminal", "ls -la", {"cmd": "ls -la"})
+        hooks.tool_start_callback("call_1", "terminal", {"cmd": "ls -la"})
+        hooks.tool_progress_callback("tool.output", "terminal", "total 42\n", None)
+        hooks.tool_complete_callback("call_1", "terminal", {"cmd": "ls -la"}, '{"exit_code": 0}')
+        tracker.close()
+        events = rec.events
+    assert [(e.call_id, e.type) for e in events] == [
+        ("call_1", "tool.started"),
+        ("call_1", "tool.output.delta"),
+        ("call_1", "tool.completed"),
+    ]
+    view = ts.LiveView()
+    view.fold(events)
+    assert list(view.calls) == ["call_1"]
+
+
+async def test_a_held_start_is_published_when_no_id_comes() -> None:
+    bus = ts.EventBus()
+    async with Recorder(bus, session="s1") as rec:
+        tracker = ts.Tracker(bus, "s1")
+        hooks = legacy_callbacks(tracker, hold=0.05)
+        hooks.tool_progress_callback("tool.started", "search", "searching", {"q": "x"})
+        assert rec.events == []  # held, briefly
+        with anyio.fail_after(5):
+            events = await rec.wait_for(lambda events: len(events) == 1)
+        assert events[0].type == "tool.started" and events[0].args == {"q": "x"}  # type: ignore[attr-defined]
+        assert events[0].call_id.startswith("call_")
+        # hold=0: at once, as before.
+        immediate = legacy_callbacks(tracker, hold=0)
+        immediate.tool_progress_callback("tool.started", "other", None, None)
+        assert [e.tool for e in rec.events] == ["search", "other"]
+        # A session that ends first: the held start is dropped with it, no violation.
+        late = legacy_callbacks(ts.Tracker(bus, "s2"), hold=0.05)
+        late.tool_progress_callback("tool.started", "search", None, None)
+        late.tracker.close()
+        await anyio.sleep(0.2)
+        assert late.tracker.violations == 0 and tracker.violations == 0
+    with pytest.raises(ValueError, match="hold"):
+        legacy_callbacks(tracker, hold=-1)
 
 
 async def test_legacy_consumer_keeps_working_from_a_bus() -> None:

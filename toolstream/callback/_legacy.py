@@ -9,13 +9,25 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 import toolstream as ts
+from toolstream._core.scheduler import call_later
 
 from ._sink import Sink
 
 __all__ = ["LegacyCallbackSink", "LegacyCallbacks", "legacy_callbacks"]
 
 _MAX_REMEMBERED = 10_000
+
+
+@attrs.define
+class _Held:
+    """An id-less ``tool.started`` report, held until the call's id arrives."""
+
+    name: str
+    args: Any
+    title: str | None
 
 
 # -- into a tracker: a framework's legacy callbacks drive the lifecycle ----------------------
@@ -40,10 +52,15 @@ class LegacyCallbacks:
     """``tool_start_callback``, ``tool_complete_callback`` and ``tool_progress_callback``
     that drive a :class:`~toolstream.Tracker`. Made by :func:`legacy_callbacks`."""
 
-    def __init__(self, tracker: ts.Tracker, is_error: Callable[[object], bool]) -> None:
+    def __init__(
+        self, tracker: ts.Tracker, is_error: Callable[[object], bool], hold: float = 0.2
+    ) -> None:
         self.tracker = tracker
         self.is_error = is_error
+        self.hold = hold
         self._lock = threading.Lock()
+        # id-less starts not yet published, per tool name, oldest first (see _hold)
+        self._held: dict[str, deque[_Held]] = {}
         self._by_id: OrderedDict[str, ts.CallHandle] = OrderedDict()  # bounded, see _remember
         # Calls per tool name, oldest first: progress callbacks carry no id, so they go
         # to the oldest unfinished call of that name (what hermes' own adapters do).
@@ -82,15 +99,23 @@ class LegacyCallbacks:
         with self._lock:
             self._uses_ids = True
             handle = self._by_id.get(call_id)
+            held = None
             if handle is None:
-                # A call a progress callback announced (no id then) becomes this one.
-                handle = self._unclaimed(name)
+                held = self._take_held(name)
+                # A call a progress callback already published (no id then) becomes this one.
+                handle = None if held is not None else self._unclaimed(name)
                 if handle is not None:
                     self._by_id[call_id] = handle
                     self._claimed.add(handle.call_id)
                 else:
-                    handle = self.tracker.create(name, call_id=call_id, announce=False)
+                    # Held (not yet published), or never reported: the call is
+                    # published with the framework's id from its first event.
+                    handle = self.tracker.create(
+                        name, call_id=call_id, announce=False, title=held.title if held else None
+                    )
                     self._remember(handle, call_id)
+        if args is None and held is not None:
+            args = held.args
         if handle.state is None or handle.state.value in ("created", "ready", "queued"):
             handle.start({} if args is None else args)
 
@@ -101,8 +126,13 @@ class LegacyCallbacks:
         with self._lock:
             handle = self._by_id.get(call_id)
             if handle is None:  # a completion without a start: handled, not dropped
-                handle = self.tracker.create(name, call_id=call_id, announce=False)
+                held = self._take_held(name)
+                handle = self.tracker.create(
+                    name, call_id=call_id, announce=False, title=held.title if held else None
+                )
                 self._remember(handle, call_id)
+                if args is None and held is not None:
+                    args = held.args
         if handle.done:
             return
         if handle.state is None and args is not None:
@@ -117,19 +147,28 @@ class LegacyCallbacks:
     ) -> None:
         """hermes-style progress: ``"tool.started"``, ``"tool.output"``,
         ``"tool.progress"``, ``"tool.completed"`` (with ``is_error=``, ``result=``)."""
-        with self._lock:
-            handle = self._open(name)
-            if event_type == "tool.started":
-                if self._uses_ids:
-                    return  # the start callback, with the call's id, announces it
-                handle = self.tracker.create(name, announce=False, title=_text(preview))
-                self._remember(handle, None)
         if event_type == "tool.started":
-            assert handle is not None
-            handle.start({} if args is None else args)
+            with self._lock:
+                if self.hold > 0 or self._uses_ids:
+                    # The id-bearing start callback usually follows at once (hermes-agent
+                    # calls it right after): hold this start briefly so the call is
+                    # published under the framework's id, never under one of ours, with
+                    # this report's preview as its title.
+                    self._held.setdefault(name, deque()).append(
+                        _Held(name, args, _text(preview))
+                    )
+                    call_later(self.hold, lambda: self._release(name))
+                    return
+                new = self.tracker.create(name, announce=False, title=_text(preview))
+                self._remember(new, None)
+            new.start({} if args is None else args)
             return
         if event_type == "tool.completed" and self._uses_ids:
             return  # the complete callback, with the call's id, ends it
+        if not self._uses_ids:
+            self._release(name)  # a held start of this tool is the call this reports on
+        with self._lock:
+            handle = self._open(name)
         if handle is None:
             if event_type != "tool.completed":
                 return
@@ -155,6 +194,34 @@ class LegacyCallbacks:
                 handle.complete(result)
 
 
+    def _take_held(self, name: str) -> _Held | None:
+        """The oldest held start of ``name``, now claimed by an id (lock held)."""
+        queue = self._held.get(name)
+        if not queue:
+            return None
+        held = queue.popleft()
+        if not queue:
+            del self._held[name]
+        return held
+
+    def _release(self, name: str) -> None:
+        """Publish the held starts of ``name`` under ids of our own: no id came within
+        ``hold`` seconds, or an id-less report needs the call now. Once the framework
+        has given ids, they are dropped instead."""
+        with self._lock:
+            queue = self._held.pop(name, None)
+            if not queue or self.tracker.closed or self._uses_ids:
+                return  # the session is over; or the framework gives ids: its own start
+                # callback announces the call (the id-less report was redundant)
+            started = []
+            for held in queue:
+                handle = self.tracker.create(name, announce=False, title=held.title)
+                self._remember(handle, None)
+                started.append((handle, held.args))
+        for handle, args in started:
+            handle.start({} if args is None else args)
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -174,7 +241,10 @@ def _error_text(result: object) -> str:
 
 
 def legacy_callbacks(
-    tracker: ts.Tracker, *, is_error: Callable[[object], bool] = _default_is_error
+    tracker: ts.Tracker,
+    *,
+    is_error: Callable[[object], bool] = _default_is_error,
+    hold: float = 0.2,
 ) -> LegacyCallbacks:
     """An object with ``tool_start_callback(call_id, name, args)``,
     ``tool_complete_callback(call_id, name, args, result)`` and
@@ -186,8 +256,15 @@ def legacy_callbacks(
     never completed is closed when the tracker closes; a result ``is_error`` recognizes
     (by default: exceptions, ``{"error": ...}``, ``{"success": false}``) makes the call
     failed.
+
+    An id-less ``tool.started`` progress report is held up to ``hold`` seconds (or
+    until another report of that tool needs it): when the id-bearing start callback
+    follows, as it does in hermes-agent, the call carries the framework's id on every
+    event. ``hold=0`` publishes id-less starts at once, under an id of toolstream's.
     """
-    return LegacyCallbacks(tracker, is_error)
+    if not hold >= 0:
+        raise ValueError(f"hold must be a number of seconds >= 0, not {hold!r}")
+    return LegacyCallbacks(tracker, is_error, hold)
 
 
 # -- out of a bus: a legacy consumer keeps working ---------------------------------------------
