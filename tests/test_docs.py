@@ -75,8 +75,6 @@ def test_python_a_user_may_paste_is_in_a_python_block() -> None:
 
 
 async def test_the_dialect_tables_name_every_message_a_demo_turn_emits() -> None:
-    import anyio
-
     import toolstream as ts
     from toolstream import dialects
     from toolstream.demo.agent import run_turn
@@ -85,7 +83,6 @@ async def test_the_dialect_tables_name_every_message_a_demo_turn_emits() -> None
     sub = bus.subscribe(session="demo", buffer=100_000)
     async with ts.Tracker(bus, "demo") as tracker:
         await run_turn(tracker, 1, speed=50)
-    await anyio.sleep(0)
     events = sub.take_nowait()
     table = (ROOT / "docs" / "dialects.md").read_text()
     for name, key in (("agui", "type"), ("ai_sdk", "type")):

@@ -28,12 +28,33 @@ def test_generic_sentences() -> None:
         s.start(info(args={"a": 1, "b": 2, "c": 3, "d": 4}))
         == "Running web_search (a=1, b=2, c=3, …)"
     )
-    assert s.result(info(), [1] * 12) == "web_search finished in 1.4 s (12 items)"
-    assert s.result(info(duration=0.32), "ok") == "web_search finished in 320 ms"
+    assert s.result(info(), [1] * 12) == "web_search finished in 1.4 s — 12 items"
+    assert s.result(info(duration=0.32), None) == "web_search finished in 320 ms"
     assert s.error(info(), ts.ErrorInfo(type="TimeoutError", message="timed out")) == (
         "web_search failed: TimeoutError: timed out"
     )
     assert s.cancelled(info(), "run finished") == "web_search cancelled: run finished"
+
+
+def test_generic_results_in_plain_words() -> None:
+    s = ts.Summaries()
+    fetched = {"url": "https://example.com/a/very/long/path/to/a/page", "status": 200, "n": 1.5}
+    assert s.result(info(duration=0.08), fetched) == (
+        "web_search finished in 80 ms — url 'https://example.com/a/very/long…', status 200, n 1.5"
+    )
+    assert s.result(info(), {"hits": [1, 2], "done": True, "extra": None, "more": 1}) == (
+        "web_search finished in 1.4 s — hits 2 items, done yes, extra none, …"
+    )
+    # The payload policy's marker for a result too big to publish says so, with the size.
+    marker = {"truncated": True, "bytes": 1_153_433, "preview": "[{"}
+    assert s.result(info(), marker) == "web_search finished in 1.4 s — a 1.1 MB result, truncated"
+    assert s.result(info(), {"a": {"b": 1}}) == "web_search finished in 1.4 s — key a"
+    assert s.result(info(), {}) == "web_search finished in 1.4 s — an empty result"
+    assert s.result(info(), "ok") == "web_search finished in 1.4 s — 'ok'"
+    assert s.result(info(duration=None), 3) == "web_search finished — 3"
+    # "cancelled: cancelled" said nothing twice.
+    assert s.cancelled(info(), "cancelled") == "web_search was cancelled"
+    assert s.cancelled(info(), None) == "web_search was cancelled"
 
 
 def test_templates_by_tool() -> None:
@@ -63,7 +84,7 @@ def test_a_failing_template_falls_back_and_logs(caplog: pytest.LogCaptureFixture
     s.register("web_search", start="Searching {missing_field}", result=broken)
     with caplog.at_level(logging.WARNING, logger="toolstream.summaries"):
         assert s.start(info()) == "Running web_search (q='anyio trio')"
-        assert s.result(info(), []) == "web_search finished in 1.4 s (0 items)"
+        assert s.result(info(), []) == "web_search finished in 1.4 s — 0 items"
     assert caplog.text.count("failed; using the generic text") == 2
 
 
@@ -133,7 +154,7 @@ def test_every_kind_of_summary_goes_through_one_dispatch(caplog: pytest.LogCaptu
     tracker.create("d").cancel("user")
     by_type = {e.type: e.summary for e in sub.take_nowait() if hasattr(e, "summary")}
     assert by_type["tool.started"] == "start b"
-    assert by_type["tool.completed"] == "b finished in ?", "never started: no duration"
+    assert by_type["tool.completed"] == "b finished — 1", "never started: no duration"
     assert by_type["tool.failed"] is None, "None means no summary"
     assert by_type["tool.cancelled"] == "stopped: user"
     assert "summarizer" in caplog.text and "failed for result" in caplog.text

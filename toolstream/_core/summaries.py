@@ -84,14 +84,59 @@ def _short(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _count(result: object) -> str:
-    if isinstance(result, (list, tuple, set, frozenset)):
-        n = len(result)
-        return f" ({n} item{'s' if n != 1 else ''})"
+def _format_size(size: int) -> str:
+    """``512`` -> ``"512 bytes"``, ``20480`` -> ``"20 KB"``, ``1153433`` -> ``"1.1 MB"``."""
+    if size < 1024:
+        return f"{size} byte{'s' if size != 1 else ''}"
+    if size < 1024 * 1024:
+        kb = size / 1024
+        return f"{kb:.1f} KB" if kb < 10 else f"{kb:.0f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def _value(value: object) -> str | None:
+    """A value in a few plain words, or None when it has none (a nested object)."""
+    if value is None or isinstance(value, bool):
+        return {None: "none", True: "yes", False: "no"}[value]
+    if isinstance(value, (int, float)):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 32 else repr(value[:31] + "…")
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} item{'s' if len(value) != 1 else ''}"
+    return None
+
+
+def _describe_result(result: object) -> str:
+    """A result in plain words: ``"12 items"``, ``"status 200, bytes 5123"``, ``"a 1.1 MB
+    result, truncated"`` (the payload policy's marker); ``""`` for ``None``."""
+    if result is None:
+        return ""
     if isinstance(result, Mapping):
-        n = len(result)
-        return f" ({n} field{'s' if n != 1 else ''})"
-    return ""
+        if (
+            result.get("truncated") is True
+            and isinstance(result.get("bytes"), int)
+            and "preview" in result
+        ):
+            return f"a {_format_size(result['bytes'])} result, truncated"
+        if not result:
+            return "an empty result"
+        parts = []
+        for key, value in result.items():
+            text = _value(value)
+            if text is not None:
+                parts.append(f"{key} {text}")
+            if len(parts) == 3:
+                break
+        more = ", …" if len(result) > len(parts) else ""
+        if parts:
+            return ", ".join(parts) + more
+        keys = [str(k) for k in list(result)[:3]]
+        more = ", …" if len(result) > 3 else ""
+        return ("key " if len(result) == 1 else "keys ") + ", ".join(keys) + more
+    if isinstance(result, (set, frozenset)):
+        result = list(result)
+    return _value(result) or ""
 
 
 class Summaries:
@@ -184,8 +229,11 @@ class Summaries:
 
     @staticmethod
     def generic_result(call: CallInfo, result: object) -> str:
-        """ "web_search finished in 1.4 s (12 items)"."""
-        return f"{call.tool} finished in {format_duration(call.duration_s)}{_count(result)}"
+        """ "web_search finished in 1.4 s — 12 items"; "fetch finished in 80 ms — status
+        200, bytes 5123"; "export finished in 2.0 s — a 1.1 MB result, truncated"."""
+        took = "" if call.duration_s is None else f" in {format_duration(call.duration_s)}"
+        detail = _describe_result(result)
+        return f"{call.tool} finished{took}" + (f" — {detail}" if detail else "")
 
     @staticmethod
     def generic_error(call: CallInfo, error: ErrorInfo) -> str:
@@ -195,8 +243,11 @@ class Summaries:
 
     @staticmethod
     def generic_cancelled(call: CallInfo, reason: str | None) -> str:
-        """ "web_search cancelled: run finished"."""
-        return f"{call.tool} cancelled: {reason}" if reason else f"{call.tool} cancelled"
+        """ "web_search cancelled: run finished"; "web_search was cancelled" when the
+        reason says no more than that."""
+        if not reason or reason == "cancelled":
+            return f"{call.tool} was cancelled"
+        return f"{call.tool} cancelled: {reason}"
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -154,9 +154,7 @@ class LegacyCallbacks:
                     # calls it right after): hold this start briefly so the call is
                     # published under the framework's id, never under one of ours, with
                     # this report's preview as its title.
-                    self._held.setdefault(name, deque()).append(
-                        _Held(name, args, _text(preview))
-                    )
+                    self._held.setdefault(name, deque()).append(_Held(name, args, _text(preview)))
                     call_later(self.hold, lambda: self._release(name))
                     return
                 new = self.tracker.create(name, announce=False, title=_text(preview))
@@ -192,7 +190,6 @@ class LegacyCallbacks:
                 )
             else:
                 handle.complete(result)
-
 
     def _take_held(self, name: str) -> _Held | None:
         """The oldest held start of ``name``, now claimed by an id (lock held)."""
