@@ -264,6 +264,92 @@ def test_the_page_in_a_real_browser_across_restarts() -> None:
         bus.close()
 
 
+TURN_TOOLS = [
+    "web_search",
+    "fetch_page",
+    "fetch_page",
+    "fetch_page",
+    "summarize_documents",
+    "run_shell",
+    "slow_database_query",
+    "call_api",
+    "export_table",
+]
+
+
+def test_the_page_reads_like_a_conversation() -> None:
+    bus = ts.EventBus()
+    agent = Agent(bus, speed=3.0, turns=None)
+    try:
+        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            page.goto(f"{served.url}/")
+            wait_for(page, "document.querySelectorAll('.turn').length >= 3", timeout=60)
+            turns = page.evaluate(
+                "[...document.querySelectorAll('.turn')].map(t => "
+                "[t.querySelector('.turn-title').textContent, t.open, t.dataset.state])"
+            )
+            numbers = [int(title.split(":")[0].removeprefix("Turn ")) for title, _, _ in turns]
+            assert numbers == sorted(numbers, reverse=True), "the current turn on top"
+            assert [is_open for _, is_open, _ in turns] == [True] + [False] * (len(turns) - 1)
+            # An earlier turn is one line that says what happened.
+            second = ".turn:nth-child(2)"
+            assert page.inner_text(f"{second} .turn-counts") == "9 calls · 1 failed · 1 cancelled"
+            # Opened, it shows its calls in the order they were made, the batch around its own.
+            page.click(f"{second} > summary")
+            assert page.evaluate(f"document.querySelector('{second}').open")
+            tools = page.evaluate(
+                f"[...document.querySelectorAll('{second} .card .tool')].map(e => e.textContent)"
+            )
+            assert tools == TURN_TOOLS
+            batch = f"{second} .batch"
+            in_batch = page.evaluate(
+                f"[...document.querySelectorAll('{batch} .card .tool')].map(e => e.textContent)"
+            )
+            assert in_batch == ["fetch_page"] * 3
+            assert page.inner_text(f"{batch} .batch-head") == (
+                "3 calls in parallel — done (3 completed)"
+            )
+
+            def card(state: str, tool: str) -> str:
+                return page.inner_text(
+                    f'{second} .card[data-state="{state}"]:has(.tool:text-is("{tool}"))'
+                )
+
+            cancelled = card("cancelled", "slow_database_query")
+            assert "gave up waiting for a lock" in cancelled
+            assert "cancelled: cancelled" not in cancelled
+            assert "exit code 2" in card("failed", "run_shell")
+            exported = card("completed", "export_table")
+            assert "Result truncated: 1.1 MB" in exported
+            assert "(3 fields)" not in page.inner_text(second)
+            # Streamed output: whole lines, the newest last.
+            output = page.inner_text(
+                f"{second} .card:has(.tool:text-is('summarize_documents')) pre"
+            )
+            lines = output.strip().splitlines()
+            assert lines[-1] == "Section 8: cancel scopes compose across libraries."
+            assert all(line.endswith("libraries.") for line in lines)
+            # What the reader opened stays open when the next turn begins.
+            first = numbers[0]
+            wait_for(
+                page,
+                "parseInt(document.querySelector('.turn .turn-title').textContent.slice(5))"
+                f" > {first}",
+                timeout=60,
+            )
+            states = page.evaluate("[...document.querySelectorAll('.turn')].map(t => t.open)")
+            assert states[0] is True and states[1] is False and states[2] is True
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "demo-conversation.png"), full_page=True)
+            assert errors == []
+    finally:
+        agent.close()
+        bus.close()
+
+
 def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
     bus = ts.EventBus(replay=5_000)
     with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:

@@ -127,11 +127,12 @@ async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
         except RuntimeError:
             pass
 
-        # 5. A tool that is cancelled (the agent gives up waiting).
-        with anyio.move_on_after(0.8 / speed):
-            async with tracker.call("slow_database_query", {"sql": "SELECT * FROM events"}) as c:
-                c.progress(message="waiting for a lock")
+        # 5. A tool that is cancelled (the agent gives up waiting, and says why).
+        async with tracker.call("slow_database_query", {"sql": "SELECT * FROM events"}) as c:
+            c.progress(message="waiting for a lock")
+            with anyio.move_on_after(0.8 / speed):
                 await anyio.sleep(60)
+            c.cancel("gave up waiting for a lock")
 
         # 6. A secret in the arguments: redacted before it is published.
         async with tracker.call(

@@ -1,4 +1,6 @@
-// toolstream demo page: a reducer over native events, rendered as cards. No build step.
+// toolstream demo page: a reducer over native events, rendered as a conversation:
+// the current turn on top with its calls in order (a batch around its calls), earlier
+// turns collapsed to one line each. No build step.
 "use strict";
 const SESSION = new URLSearchParams(location.search).get("session") || "demo";
 const TYPES = ["stream.reset", "run.started", "run.finished", "tool.created", "tool.args.delta",
@@ -6,53 +8,83 @@ const TYPES = ["stream.reset", "run.started", "run.finished", "tool.created", "t
   "tool.output.partial", "tool.completed", "tool.failed", "tool.cancelled", "batch.phase"];
 const ORDER = {created: 0, ready: 1, queued: 2, running: 3, completed: 4, failed: 4, cancelled: 4, lost: 4};
 const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
-const MAX_FINISHED = 300;
+const MAX_FINISHED = 300;    // finished calls kept (every open one is kept)
+const MAX_OUTPUT = 4000;     // characters of streamed output kept per call (whole lines)
+const OUTSIDE = "";          // the group of calls made outside any turn
 
 const state = {calls: new Map(), runs: new Map(), batches: new Map(), lastId: null};
-const dirty = new Set();
+const dirty = new Set();         // call ids to redraw
+const dirtyRuns = new Set();     // turn headers to redraw
+const dirtyBatches = new Set();  // batch headers to redraw
 let transport = null;
 
 // -- the reducer (what toolstream.LiveView does) -------------------------------------------
+function turn(id) {
+  let r = state.runs.get(id);
+  if (!r) {
+    r = {run_id: id, title: id === OUTSIDE ? "Calls outside a turn" : id, state: id === OUTSIDE ? "" : "running",
+         started: null, ended: null, toggled: false};
+    state.runs.set(id, r);
+  }
+  dirtyRuns.add(id);
+  return r;
+}
 function call(e) {
   let c = state.calls.get(e.call_id);
   if (!c) {
-    c = {call_id: e.call_id, tool: e.tool, state: "created", fraction: null, summary: "", error: "",
-         output: "", started: null, ended: null, duration: null, created: e.ts};
+    c = {call_id: e.call_id, tool: e.tool, run_id: e.run_id || OUTSIDE, batch_id: e.batch_id || null,
+         state: "created", fraction: null, message: "", summary: "", error: "", reason: "", args: "",
+         output: "", note: "", started: null, ended: null, duration: null, created: e.ts};
     state.calls.set(e.call_id, c);
+    turn(c.run_id);
   }
+  if (e.batch_id && !c.batch_id) c.batch_id = e.batch_id;
   return c;
 }
 function advance(c, s, ts) {
-  if (ORDER[c.state] >= ORDER[s] && c.state !== "created") return false;
-  if (ORDER[c.state] > ORDER[s]) return false;
+  if (ORDER[c.state] > ORDER[s] || (ORDER[c.state] === ORDER[s] && c.state !== "created")) return;
   c.state = s;
   if (s === "running" && !c.started) c.started = ts;
-  return true;
+}
+function wholeLines(text) {   // the newest MAX_OUTPUT characters, starting at a line
+  if (text.length <= MAX_OUTPUT) return text;
+  const cut = text.slice(-MAX_OUTPUT);
+  const nl = cut.indexOf("\n");
+  return nl >= 0 && nl < cut.length - 1 ? cut.slice(nl + 1) : cut;
+}
+function size(bytes) {
+  return bytes < 1024 ? `${bytes} bytes` : bytes < 1048576 ? `${Math.round(bytes / 1024)} KB` : `${(bytes / 1048576).toFixed(1)} MB`;
+}
+function truncation(result) {   // the payload policy's marker for a result too big to publish
+  if (!result || typeof result !== "object" || result.truncated !== true || typeof result.bytes !== "number") return "";
+  const shown = typeof result.preview === "string" ? `; a ${size(result.preview.length)} preview was sent` : "";
+  return `Result truncated: ${size(result.bytes)}${shown}.`;
 }
 function apply(e) {
   state.lastId = e.id;
   switch (e.type) {
     case "stream.reset": return reset(e);
-    case "run.started": state.runs.set(e.run_id, {title: e.title || e.run_id, state: "running"}); return;
-    case "run.finished": { const r = state.runs.get(e.run_id) || {title: e.run_id}; r.state = e.outcome; state.runs.set(e.run_id, r); return; }
-    case "batch.phase": state.batches.set(e.batch_id, e); return;
+    case "run.started": { const r = turn(e.run_id); r.title = e.title || e.run_id; r.state = "running"; r.started = e.ts; return; }
+    case "run.finished": { const r = turn(e.run_id); r.state = e.outcome; r.ended = e.ts; return; }
+    case "batch.phase": state.batches.set(e.batch_id, e); dirtyBatches.add(e.batch_id); return;
   }
   if (!e.call_id) return;
   const c = call(e);
   if (TERMINAL.has(c.state)) return;
-  dirty.add(c.call_id);
+  dirty.add(c.call_id); dirtyRuns.add(c.run_id);
   if (e.summary) c.summary = e.summary;
   switch (e.type) {
+    case "tool.args.delta": c.args = (c.args + e.delta).slice(-300); break;
     case "tool.ready": advance(c, "ready", e.ts); break;
     case "tool.queued": advance(c, "queued", e.ts); break;
     case "tool.started": advance(c, "running", e.ts); break;
     case "tool.progress": advance(c, "running", e.ts); c.fraction = e.fraction ?? c.fraction;
-      if (e.message) c.summary = e.message; break;
-    case "tool.output.delta": advance(c, "running", e.ts); c.output = (c.output + e.text).slice(-600); break;
-    case "tool.output.partial": advance(c, "running", e.ts); c.output = JSON.stringify(e.value).slice(0, 600); break;
-    case "tool.completed": c.state = "completed"; c.fraction = 1; finish(c, e); break;
+      if (e.message) c.message = e.message; break;
+    case "tool.output.delta": advance(c, "running", e.ts); c.output = wholeLines(c.output + e.text); break;
+    case "tool.output.partial": advance(c, "running", e.ts); c.output = JSON.stringify(e.value, null, 1).slice(0, MAX_OUTPUT); break;
+    case "tool.completed": c.state = "completed"; c.fraction = 1; c.note = truncation(e.result); finish(c, e); break;
     case "tool.failed": c.state = "failed"; c.error = `${e.error.type}: ${e.error.message}`; finish(c, e); break;
-    case "tool.cancelled": c.state = "cancelled"; c.error = e.summary ? "" : `cancelled: ${e.reason || ""}`; finish(c, e); break;
+    case "tool.cancelled": c.state = "cancelled"; c.reason = e.reason || ""; finish(c, e); break;
   }
 }
 function finish(c, e) { c.ended = e.ts; c.duration = e.duration_s; if (!c.started) c.started = e.ts; }
@@ -60,71 +92,168 @@ function reset(e) {
   const present = new Set(e.snapshot.calls.map((c) => c.call_id));
   for (const c of state.calls.values()) {
     if (!present.has(c.call_id) && !TERMINAL.has(c.state)) {   // vanished in a restart
-      c.state = "lost"; c.error = "lost in a server restart"; dirty.add(c.call_id);
+      c.state = "lost"; c.error = "lost in a server restart"; dirty.add(c.call_id); dirtyRuns.add(c.run_id);
     }
   }
-  for (const s of e.snapshot.calls) {
-    state.calls.set(s.call_id, {call_id: s.call_id, tool: s.tool, state: s.state, fraction: s.fraction,
-      summary: (TERMINAL.has(s.state) ? s.summary : s.message || s.summary) || "",
-      output: (s.output_text || "").slice(-600),
-      error: s.error ? `${s.error.type}: ${s.error.message}` : (s.state === "cancelled" ? `cancelled: ${s.reason || ""}` : ""),
-      started: s.started_ts, ended: s.ended_ts, duration: s.duration_s, created: s.created_ts});
-    dirty.add(s.call_id);
+  const runs = new Set(e.snapshot.runs.map((r) => r.run_id));
+  for (const r of state.runs.values()) {
+    if (r.state === "running" && r.run_id !== OUTSIDE && !runs.has(r.run_id)) { r.state = "lost"; dirtyRuns.add(r.run_id); }
   }
-  for (const r of e.snapshot.runs) state.runs.set(r.run_id, {title: r.title || r.run_id, state: r.state});
-  for (const b of e.snapshot.batches) state.batches.set(b.batch_id, b);
+  for (const r of e.snapshot.runs) {
+    const t = turn(r.run_id);
+    Object.assign(t, {title: r.title || r.run_id, state: r.state, started: r.started_ts, ended: r.ended_ts});
+  }
+  for (const s of e.snapshot.calls) {
+    const c = call(s);
+    Object.assign(c, {state: s.state, fraction: s.fraction, message: s.message || "", summary: s.summary || "",
+      output: wholeLines(s.output_text || ""), args: (s.args_text || "").slice(-300), reason: s.reason || "",
+      error: s.error ? `${s.error.type}: ${s.error.message}` : "", note: truncation(s.result),
+      started: s.started_ts, ended: s.ended_ts, duration: s.duration_s, created: s.created_ts});
+    dirty.add(s.call_id); dirtyRuns.add(c.run_id);
+  }
+  for (const b of e.snapshot.batches) { state.batches.set(b.batch_id, b); dirtyBatches.add(b.batch_id); }
   trim();
 }
-function trim() {
+function trim() {   // the newest MAX_FINISHED finished calls, and the turns that still hold one
   const finished = [...state.calls.values()].filter((c) => TERMINAL.has(c.state));
   for (const c of finished.slice(0, Math.max(0, finished.length - MAX_FINISHED))) {
     state.calls.delete(c.call_id);
-    document.getElementById(`call-${c.call_id}`)?.remove();
+    els.calls.get(c.call_id)?.remove(); els.calls.delete(c.call_id);
+  }
+  const used = new Set([...state.calls.values()].map((c) => c.run_id));
+  const newest = [...state.runs.keys()].pop();
+  for (const r of [...state.runs.values()]) {
+    if (!used.has(r.run_id) && r.state !== "running" && r.run_id !== newest) {
+      state.runs.delete(r.run_id); els.turns.get(r.run_id)?.remove(); els.turns.delete(r.run_id);
+    }
+  }
+  const batched = new Set([...state.calls.values()].map((c) => c.batch_id));
+  for (const id of [...state.batches.keys()]) {
+    if (!batched.has(id)) { state.batches.delete(id); els.batches.get(id)?.remove(); els.batches.delete(id); }
   }
 }
 
 // -- rendering: only what changed, once per frame -------------------------------------------
-const cards = document.getElementById("cards");
+const els = {turns: new Map(), batches: new Map(), calls: new Map()};
+const turnsEl = document.getElementById("turns");
 function fmt(s) { return s == null ? "" : s < 1 ? `${Math.round(s * 1000)} ms` : s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`; }
-function card(c) {
-  let el = document.getElementById(`call-${c.call_id}`);
-  if (!el) {
-    el = document.createElement("div");
-    el.className = "card"; el.id = `call-${c.call_id}`;
-    el.innerHTML = `<div class="top"><span class="tool"></span><span class="badge"></span></div>
-      <div class="bar"><i></i></div><div class="meta"><span class="time"></span><span class="id"></span></div>
-      <div class="summary"></div><div class="error"></div><div class="output"></div>`;
-    cards.prepend(el);
+function el(tag, cls, html) { const e = document.createElement(tag); e.className = cls; if (html) e.innerHTML = html; return e; }
+function turnEl(id) {
+  let t = els.turns.get(id);
+  if (!t) {
+    t = el("details", "turn", `<summary><span class="turn-title"></span><span class="badge turn-state"></span>
+      <span class="turn-counts"></span><span class="turn-time"></span></summary><div class="turn-body"></div>`);
+    t.dataset.run = id;
+    t.querySelector("summary").addEventListener("click", () => { const r = state.runs.get(id); if (r) r.toggled = true; });
+    turnsEl.prepend(t);   // the newest turn on top
+    els.turns.set(id, t);
+    document.getElementById("empty").hidden = true;
   }
-  el.dataset.state = c.state;
-  el.querySelector(".tool").textContent = c.tool;
-  el.querySelector(".badge").innerHTML = (c.state === "running" ? '<span class="spinner"></span>' : "") + c.state;
-  el.querySelector(".bar > i").style.width = `${Math.round((c.fraction ?? (c.state === "completed" ? 1 : 0)) * 100)}%`;
-  el.querySelector(".id").textContent = c.call_id.slice(0, 14);
-  el.querySelector(".summary").textContent = c.summary || "";
-  el.querySelector(".error").textContent = c.error || "";
-  el.querySelector(".output").textContent = c.output || "";
-  el.querySelector(".time").textContent = elapsed(c);
+  return t;
+}
+function batchEl(c) {
+  let b = els.batches.get(c.batch_id);
+  if (!b) {
+    b = el("div", "batch", '<div class="batch-head"></div><div class="batch-calls"></div>');
+    b.dataset.batch = c.batch_id;
+    turnEl(c.run_id).querySelector(".turn-body").append(b);   // where its first call is
+    els.batches.set(c.batch_id, b);
+    dirtyBatches.add(c.batch_id);
+  }
+  return b;
+}
+function text(c) {   // what the card says, in plain words
+  switch (c.state) {
+    case "created": return "receiving its input…";
+    case "ready": return c.summary;
+    case "queued": return "waiting for a free slot";
+    case "running": return c.message || c.summary;
+    case "failed": return "";
+    case "cancelled": return c.summary || (c.reason && c.reason !== "cancelled" ? `Cancelled: ${c.reason}` : "Cancelled");
+    case "lost": return "";
+    default: return c.summary;
+  }
+}
+function card(c) {
+  let e = els.calls.get(c.call_id);
+  if (!e) {
+    e = el("div", "card", `<div class="top"><span class="tool"></span><span class="badge"></span>
+      <span class="id"></span><span class="time"></span></div><div class="bar"><i></i></div>
+      <div class="summary"></div><div class="error"></div><div class="note"></div><pre class="output"></pre>`);
+    e.id = `call-${c.call_id}`;
+    els.calls.set(c.call_id, e);
+  }
+  const home = c.batch_id ? batchEl(c).querySelector(".batch-calls") : turnEl(c.run_id).querySelector(".turn-body");
+  if (e.parentElement !== home) home.append(e);   // calls in the order they were made
+  e.dataset.state = c.state;
+  e.querySelector(".tool").textContent = c.tool;
+  e.querySelector(".badge").innerHTML = (c.state === "running" ? '<span class="spinner"></span>' : "") +
+    (c.state === "running" && c.fraction != null ? `running ${Math.round(c.fraction * 100)}%` : c.state);
+  e.querySelector(".bar > i").style.width = `${Math.round((c.fraction ?? 0) * 100)}%`;
+  e.querySelector(".id").textContent = c.call_id.slice(0, 14);
+  e.querySelector(".summary").textContent = text(c) || "";
+  e.querySelector(".error").textContent = c.state === "failed" ? (c.summary || c.error) : c.state === "lost" ? c.error : "";
+  e.querySelector(".note").textContent = c.note || "";
+  const out = e.querySelector(".output");
+  const shown = c.state === "created" ? c.args : c.output;
+  if (out.textContent !== shown) { out.textContent = shown; out.scrollTop = out.scrollHeight; }
+  e.querySelector(".time").textContent = elapsed(c);
 }
 function elapsed(c) {
   if (c.duration != null) return fmt(c.duration);
   if (!c.started) return "";
   return fmt(Math.max(0, (c.ended || Date.now() / 1000) - c.started));
 }
-function render() {
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+function turnHead(r) {
+  const t = turnEl(r.run_id);
+  const calls = [...state.calls.values()].filter((c) => c.run_id === r.run_id);
+  const by = {};
+  for (const c of calls) by[c.state] = (by[c.state] || 0) + 1;
+  const parts = [plural(calls.length, "call")];
+  for (const s of ["running", "queued", "failed", "cancelled", "lost"]) if (by[s]) parts.push(`${by[s]} ${s}`);
+  t.dataset.state = r.state;
+  t.querySelector(".turn-title").textContent = r.title;
+  const badge = t.querySelector(".turn-state");
+  badge.hidden = !r.state;
+  badge.innerHTML = (r.state === "running" ? '<span class="spinner"></span>' : "") + r.state;
+  t.querySelector(".turn-counts").textContent = parts.join(" · ");
+  t.querySelector(".turn-time").textContent = r.started ? fmt(Math.max(0, (r.ended || Date.now() / 1000) - r.started)) : "";
+}
+function batchHead(id) {
+  const b = els.batches.get(id), p = state.batches.get(id);
+  if (!b) return;
+  const calls = [...state.calls.values()].filter((c) => c.batch_id === id);
+  const counts = p ? Object.entries(p.counts).map(([k, v]) => `${v} ${k}`).join(", ") : "";
+  const phase = p ? (p.phase === "done" ? "done" : p.phase) : "starting";
+  b.querySelector(".batch-head").textContent = `${plural(calls.length, "call")} in parallel — ${phase}${counts ? ` (${counts})` : ""}`;
+}
+function layout() {   // the newest turn open; earlier ones collapsed, unless the reader opened them
+  const ids = [...state.runs.keys()].filter((id) => id !== OUTSIDE);
+  const newest = ids[ids.length - 1];
+  for (const [id, t] of els.turns) {
+    const r = state.runs.get(id);
+    if (!r || r.toggled) continue;
+    const open = id === newest || r.state === "running" || (id === OUTSIDE && ids.length === 0);
+    if (t.open !== open) t.open = open;
+  }
+}
+let lastTick = 0;
+function render(now) {
   if (state.calls.size > MAX_FINISHED + 50) trim();   // amortised: at most once per frame
   for (const id of dirty) { const c = state.calls.get(id); if (c) card(c); }
   dirty.clear();
-  for (const c of state.calls.values()) {   // keep running clocks moving
-    if (c.state !== "running") continue;
-    const time = document.getElementById(`call-${c.call_id}`)?.querySelector(".time");
-    if (time) time.textContent = elapsed(c);
+  for (const id of dirtyRuns) { const r = state.runs.get(id); if (r) turnHead(r); }
+  for (const id of dirtyBatches) batchHead(id);
+  if (dirtyRuns.size) layout();
+  dirtyRuns.clear(); dirtyBatches.clear();
+  if (now - lastTick > 200) {   // keep running clocks moving
+    lastTick = now;
+    for (const c of state.calls.values()) {
+      if (c.state === "running") els.calls.get(c.call_id)?.querySelector(".time")?.replaceChildren(elapsed(c));
+    }
+    for (const r of state.runs.values()) if (r.state === "running") turnHead(r);
   }
-  const runs = [...state.runs.values()];
-  const run = runs[runs.length - 1];
-  document.getElementById("run").textContent = run ? `${run.title} — ${run.state}` : "";
-  document.getElementById("batches").innerHTML = [...state.batches.values()].slice(-2).map((b) =>
-    `<div class="batch">batch ${b.batch_id.slice(0, 14)}: ${b.phase} (${Object.entries(b.counts).map(([k, v]) => `${v} ${k}`).join(", ")})</div>`).join("");
   requestAnimationFrame(render);
 }
 requestAnimationFrame(render);
