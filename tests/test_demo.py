@@ -314,9 +314,8 @@ def test_the_page_reads_like_a_conversation() -> None:
             )
 
             def card(state: str, tool: str) -> str:
-                return page.inner_text(
-                    f'{second} .card[data-state="{state}"]:has(.tool:text-is("{tool}"))'
-                )
+                selector = f'{second} .card[data-state="{state}"]:has(.tool:text-is("{tool}"))'
+                return str(page.inner_text(selector))
 
             cancelled = card("cancelled", "slow_database_query")
             assert "gave up waiting for a lock" in cancelled
