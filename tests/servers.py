@@ -39,6 +39,13 @@ def bind(port: int = 0) -> socket.socket:
     return sock
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for a server started later)."""
+    with bind() as sock:
+        port: int = sock.getsockname()[1]
+    return port
+
+
 @contextlib.contextmanager
 def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterator[Served]:
     """Serve ``app`` with uvicorn on 127.0.0.1 (a free port unless given)."""

@@ -19,7 +19,7 @@ from toolstream.client import ConnectionStatus, SSEClient, WebSocketClient
 from toolstream.sse import SSEApp
 from toolstream.websocket import WebSocketApp
 
-from .servers import Served, bind, serve
+from .servers import Served, free_port, serve
 
 
 @pytest.fixture
@@ -44,13 +44,6 @@ def server(bus: ts.EventBus) -> Iterator[Served]:
         yield served
 
 
-def _free_port() -> int:
-    sock = bind()
-    port: int = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 async def test_sse_client_reads_the_session_and_reports_connected(
     bus: ts.EventBus, server: Served
 ) -> None:
@@ -71,7 +64,7 @@ async def test_sse_client_reads_the_session_and_reports_connected(
 
 
 async def test_an_unreachable_server_shows_reconnecting_with_the_reason() -> None:
-    url = f"http://127.0.0.1:{_free_port()}/events"
+    url = f"http://127.0.0.1:{free_port()}/events"
     seen: list[ConnectionStatus] = []
     client = SSEClient(
         url, session="s", reconnect_delay=0.01, max_reconnects=3, on_status=seen.append
@@ -163,7 +156,7 @@ def test_websocket_client_status_and_a_refused_handshake(bus: ts.EventBus, serve
 
 def test_websocket_client_reconnects_while_the_server_is_down() -> None:
     seen: list[ConnectionStatus] = []
-    url = f"ws://127.0.0.1:{_free_port()}/ws"
+    url = f"ws://127.0.0.1:{free_port()}/ws"
 
     async def read() -> None:
         client = WebSocketClient(

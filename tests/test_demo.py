@@ -21,7 +21,7 @@ import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app, run_agent
 
 from .browser import browser_page, wait_for
-from .servers import Served, bind, serve
+from .servers import Served, bind, free_port, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
@@ -203,9 +203,7 @@ CALLS = "[...window.toolstreamState.calls.values()]"
 def test_the_page_in_a_real_browser_across_restarts() -> None:
     bus = ts.EventBus()
     agent = Agent(bus, speed=3.0, turns=None)
-    probe = bind()
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     try:
         with browser_page() as page:
@@ -394,8 +392,7 @@ def test_a_busy_port_gets_one_line_that_says_what_to_do() -> None:
 
 
 def test_turns_stop_the_web_demo_as_they_stop_the_terminal_one() -> None:
-    with bind() as probe:
-        port = probe.getsockname()[1]
+    port = free_port()
     started = time.monotonic()
     web = _demo("--port", str(port), "--turns", "1", "--speed", "20")
     assert web.returncode == 0, web.stderr

@@ -17,7 +17,7 @@ import toolstream as ts
 from toolstream.sse import SSEApp
 
 from .browser import browser_page, wait_for, with_page
-from .servers import bind, serve
+from .servers import free_port, serve
 
 PAGE = b"""<!doctype html>
 <html><body>
@@ -40,9 +40,7 @@ PAGE = b"""<!doctype html>
 def test_event_source_resumes_across_a_server_restart_and_resets_on_a_new_bus() -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s1")
-    sock = bind()
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     events = SSEApp(bus, retry_ms=200, heartbeat=1.0)
     with browser_page() as page:
         with serve(with_page(PAGE, events), port=port) as served:
@@ -90,9 +88,7 @@ app = SSEApp(bus, heartbeat=30.0)
 
 def test_ctrl_c_on_uvicorn_with_open_streams_exits_promptly(tmp_path: Path) -> None:
     (tmp_path / "sse_app.py").write_text(APP_MODULE)
-    sock = bind()
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     server = subprocess.Popen(
         [

@@ -23,7 +23,7 @@ import pytest
 import toolstream as ts
 from toolstream.sse import SSEApp
 
-from .servers import Served, bind, serve
+from .servers import Served, free_port, serve
 
 pyte = pytest.importorskip("pyte", reason="pyte (the terminal emulator) is not installed")
 
@@ -134,10 +134,7 @@ def test_tail_fits_the_terminal_and_keeps_live_calls_in_view(
 
 
 def test_tail_shows_that_it_is_reconnecting_and_why() -> None:
-    sock = bind()
-    port = sock.getsockname()[1]
-    sock.close()
-    term = Terminal([*TAIL, f"http://127.0.0.1:{port}/events"])
+    term = Terminal([*TAIL, f"http://127.0.0.1:{free_port()}/events"])
     try:
         term.wait_for(lambda text: "reconnecting in" in text[0] and "refused" in text[0])
     finally:

@@ -128,12 +128,10 @@ def _describe_result(result: object) -> str:
                 parts.append(f"{key} {text}")
             if len(parts) == 3:
                 break
-        more = ", …" if len(result) > len(parts) else ""
-        if parts:
-            return ", ".join(parts) + more
-        keys = [str(k) for k in list(result)[:3]]
-        more = ", …" if len(result) > 3 else ""
-        return ("key " if len(result) == 1 else "keys ") + ", ".join(keys) + more
+        if not parts:  # only nested objects: name them
+            parts = [str(k) for k in list(result)[:3]]
+            parts[0] = ("key " if len(result) == 1 else "keys ") + parts[0]
+        return ", ".join(parts) + (", …" if len(result) > len(parts) else "")
     if isinstance(result, (set, frozenset)):
         result = list(result)
     return _value(result) or ""

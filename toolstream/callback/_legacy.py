@@ -25,7 +25,6 @@ _MAX_REMEMBERED = 10_000
 class _Held:
     """An id-less ``tool.started`` report, held until the call's id arrives."""
 
-    name: str
     args: Any
     title: str | None
 
@@ -154,7 +153,7 @@ class LegacyCallbacks:
                     # calls it right after): hold this start briefly so the call is
                     # published under the framework's id, never under one of ours, with
                     # this report's preview as its title.
-                    self._held.setdefault(name, deque()).append(_Held(name, args, _text(preview)))
+                    self._held.setdefault(name, deque()).append(_Held(args, _text(preview)))
                     call_later(self.hold, lambda: self._release(name))
                     return
                 new = self.tracker.create(name, announce=False, title=_text(preview))

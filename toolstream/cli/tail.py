@@ -11,19 +11,29 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 import toolstream as ts
+
+if TYPE_CHECKING:
+    from toolstream.client import ConnectionStatus, SSEClient, WebSocketClient
 
 __all__ = ["run_tail"]
 
 
 def _client(
-    url: str, *, session: str, dialect: str, headers: dict[str, str], on_status: Any
-) -> Any:
+    url: str,
+    *,
+    session: str,
+    dialect: str,
+    headers: dict[str, str],
+    on_status: Callable[[ConnectionStatus], object],
+) -> SSEClient | WebSocketClient:
     from toolstream.client import SSEClient, WebSocketClient
 
     if url.startswith(("ws://", "wss://")):
@@ -33,7 +43,7 @@ def _client(
     return SSEClient(url, session=session, dialect=dialect, headers=headers, on_status=on_status)
 
 
-async def _print_json(client: Any, dialect: str) -> None:
+async def _print_json(client: SSEClient | WebSocketClient, dialect: str) -> None:
     async with aclosing(client.frames()) as frames:
         async for frame in frames:
             line: Any = (
@@ -45,54 +55,48 @@ async def _print_json(client: Any, dialect: str) -> None:
             sys.stdout.flush()
 
 
-async def _show(client: Any, title: str) -> None:
+async def _show(client: SSEClient | WebSocketClient, title: str, tg: TaskGroup) -> None:
     from .terminal import LiveRenderer
 
-    failure: BaseException | None = None
     with LiveRenderer(client.view, title=title, status=lambda: client.status) as screen:
-        async with anyio.create_task_group() as tg:
 
-            async def tick() -> None:  # spinners, elapsed times, the connection status
-                while True:
-                    await anyio.sleep(0.1)
-                    screen.refresh()
+        async def tick() -> None:  # spinners, elapsed times, the connection status
+            while True:
+                await anyio.sleep(0.1)
+                screen.refresh()
 
-            tg.start_soon(tick)
-            try:
-                async with aclosing(client.events()) as events:
-                    async for _ in events:
-                        screen.refresh()
-            except ts.ToolstreamError as exc:
-                failure = exc  # raised below, not inside an exception group
-            tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
+        tg.start_soon(tick)  # cancelled with the task group when this returns
+        async with aclosing(client.events()) as events:
+            async for _ in events:
+                screen.refresh()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 async def _tail(
     url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
 ) -> None:
-    def on_status(status: object) -> None:
-        if (as_json or dialect != "native") and getattr(status, "state", "") != "connecting":
+    raw = as_json or dialect != "native"
+
+    def on_status(status: ConnectionStatus) -> None:
+        if raw and status.state != "connecting":
             print(f"toolstream tail: {status}", file=sys.stderr, flush=True)
 
     client = _client(url, session=session, dialect=dialect, headers=headers, on_status=on_status)
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    return
-
         if sys.platform != "win32":
-            tg.start_soon(stop_on_signal)
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
         try:
-            if as_json or dialect != "native":
+            if raw:
                 await _print_json(client, dialect)
             else:
-                await _show(client, f"toolstream tail {url} — session {session}")
+                await _show(client, f"toolstream tail {url} — session {session}", tg)
         except (ts.ToolstreamError, BrokenPipeError) as exc:
             failure = exc  # raised below, outside the task group (not in a group)
         tg.cancel_scope.cancel()

@@ -31,7 +31,6 @@ _STYLE = {
     CallState.CANCELLED: ("⊘", "magenta"),
     CallState.LOST: ("?", "bright_black"),
 }
-_TERMINAL = (CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED, CallState.LOST)
 
 #: Lines the table itself takes besides its rows: the header and its rule.
 _TABLE_LINES = 2
@@ -79,19 +78,22 @@ def _elapsed(call: CallSnapshot, now: float) -> str:
     return format_duration(max(0.0, end - start))
 
 
-def _pick(calls: list[CallSnapshot], rows: int) -> tuple[list[CallSnapshot], list[CallSnapshot]]:
+def _pick(
+    calls: list[CallSnapshot], rows: int
+) -> tuple[list[CallSnapshot], list[CallSnapshot], int]:
     """The calls to show in ``rows`` rows (open ones first, then the newest finished,
-    newest first), and the finished ones left out. A row is kept for the count."""
-    open_calls = [c for c in calls if c.state not in _TERMINAL]
-    finished = [c for c in calls if c.state in _TERMINAL]
+    newest first), the finished ones left out, and how many open ones are left out
+    (only when even they do not fit). A row is kept for the count."""
+    open_calls = [c for c in calls if not c.state.terminal]
+    finished = [c for c in calls if c.state.terminal]
     finished.reverse()
     if len(open_calls) + len(finished) <= rows:
-        return open_calls + finished, []
+        return open_calls + finished, [], 0
     room = rows - 1  # one line says what is not shown
-    if len(open_calls) >= room:
-        return open_calls[-room:], finished  # the newest open calls
+    if len(open_calls) >= room:  # the newest open calls
+        return open_calls[-room:], finished, len(open_calls) - room
     shown = room - len(open_calls)
-    return open_calls + finished[:shown], finished[shown:]
+    return open_calls + finished[:shown], finished[shown:], 0
 
 
 def _left_out(hidden: list[CallSnapshot], open_hidden: int) -> Text:
@@ -156,10 +158,7 @@ def render_view(
     calls = list(view.calls.values())
     # With a height, the last line stays free: a terminal scrolls when it is written.
     rows = len(calls) if height is None else max(height - len(lines) - _TABLE_LINES - 1, 2)
-    shown, hidden = _pick(calls, rows)
-    open_hidden = sum(1 for c in calls if c.state not in _TERMINAL) - sum(
-        1 for c in shown if c.state not in _TERMINAL
-    )
+    shown, hidden, open_hidden = _pick(calls, rows)
     for call in shown:
         cells: list[RenderableType] = [_icon(call), call.tool, _state(call)]
         if not narrow:
