@@ -360,7 +360,13 @@ def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
                 call.progress(0.5)
         running = tracker.create("still_running")
         running.start()
-        wait_for(page, f"{CALLS}.some(c => c.tool === 'still_running')")
+        # The card on the page, not only the call in the page's state: counted after the
+        # frame that drew it (and trimmed the oldest).
+        wait_for(
+            page,
+            "[...document.querySelectorAll('.card .tool')]"
+            ".some(e => e.textContent === 'still_running')",
+        )
         cards = page.evaluate("document.querySelectorAll('.card').length")
         assert 250 <= cards <= 301, cards  # the newest 300 finished, and the open one
         assert page.evaluate("document.querySelectorAll('.spinner').length") == 1

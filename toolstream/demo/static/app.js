@@ -240,7 +240,7 @@ function layout() {   // the newest turn open; earlier ones collapsed, unless th
 }
 let lastTick = 0;
 function render(now) {
-  if (state.calls.size > MAX_FINISHED + 50) trim();   // amortised: at most once per frame
+  if (dirty.size && state.calls.size > MAX_FINISHED) trim();   // at most once per frame, when something changed
   for (const id of dirty) { const c = state.calls.get(id); if (c) card(c); }
   dirty.clear();
   for (const id of dirtyRuns) { const r = state.runs.get(id); if (r) turnHead(r); }
