@@ -49,6 +49,18 @@ SAMPLES: list[ts.Event] = [
     ts.ToolCompleted(**ENVELOPE, result=["a", "b"], summary="Found 2", duration_s=1.5),
     ts.ToolFailed(**ENVELOPE, error=ts.ErrorInfo(type="TimeoutError", message="timed out")),
     ts.ToolCancelled(**ENVELOPE, reason="run finished", duration_s=0.1),
+    ts.ApprovalRequested(
+        **ENVELOPE,
+        approval_id="apr_1",
+        args={"to": "bob"},
+        reason="Sends mail",
+        summary="send needs approval",
+        expires_at=1700000300.0,
+    ),
+    ts.ApprovalResolved(
+        **ENVELOPE, approval_id="apr_1", approved=True, by="alice", args={"to": "carol"}
+    ),
+    ts.ToolDenied(**ENVELOPE, reason="not now", by="alice", summary="send was denied"),
     ts.BatchPhase(
         **{**ENVELOPE, "call_id": "", "tool": ""},
         batch_id="b1",
@@ -75,6 +87,12 @@ SAMPLES: list[ts.Event] = [
                     tool="t",
                     state=ts.CallState.FAILED,
                     error=ts.ErrorInfo(type="E", message="m"),
+                ),
+                ts.CallSnapshot(
+                    call_id="c",
+                    tool="send",
+                    state=ts.CallState.AWAITING_APPROVAL,
+                    approval=ts.PendingApproval(approval_id="apr_2", reason="r", expires_at=9.0),
                 ),
             ),
             runs=(ts.RunSnapshot(run_id="r1", state="running", started_ts=1.0),),

@@ -9,6 +9,16 @@ from pathlib import Path
 import toolstream as ts
 
 PUBLIC = {
+    "PendingApproval",
+    "Decision",
+    "ApprovalResolved",
+    "ApprovalRequested",
+    "ApprovalNotFound",
+    "ApprovalInvalid",
+    "ApprovalExpired",
+    "ApprovalError",
+    "ApprovalDenied",
+    "ApprovalAlreadyResolved",
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_SECRET_PATTERNS",
     "EVENT_TYPES",
@@ -54,6 +64,7 @@ PUBLIC = {
     "ToolCancelled",
     "ToolCompleted",
     "ToolCreated",
+    "ToolDenied",
     "ToolEvent",
     "ToolFailed",
     "ToolOutputDelta",
@@ -126,6 +137,9 @@ def test_event_classes_are_frozen_slotted_and_named() -> None:
         "tool.completed",
         "tool.failed",
         "tool.cancelled",
+        "tool.approval.requested",
+        "tool.approval.resolved",
+        "tool.denied",
         "batch.phase",
         "stream.reset",
     ]

@@ -26,6 +26,8 @@ OPS = (
     "complete",
     "fail",
     "cancel",
+    "await_approval",
+    "request_approval",  # async: played by the scoped_call rule
 )
 
 
@@ -53,7 +55,12 @@ def apply_op(handle: ts.CallHandle, op: str, arg: int) -> None:
         handle.complete(arg)
     elif op == "fail":
         handle.fail(Boom(f"failure {arg}"))
-    else:
+    elif op == "await_approval":
+        try:
+            handle.await_approval(f"why {arg}", timeout=None if arg % 2 else 30)
+        except ts.LifecycleError:
+            pass  # asked where it cannot be: refused loudly, strict or not
+    elif op == "cancel":
         handle.cancel(f"reason {arg}")
 
 
@@ -84,37 +91,130 @@ class Lifecycles(RuleBasedStateMachine):
         self.runs.append(self.tracker.run().start())
 
     @precondition(lambda self: self.runs)
-    @rule(outcome=st.sampled_from(["completed", "failed", "cancelled"]))
+    @rule(outcome=st.sampled_from(["completed", "failed", "cancelled", "interrupted"]))
     def finish_run(self, outcome: str) -> None:
         self.runs.pop().finish(outcome, error="x" if outcome == "failed" else None)  # type: ignore[arg-type]
 
+    @rule(index=st.integers(0, 1000), verdict=st.sampled_from(["approve", "deny", "edit"]))
+    def decide(self, index: int, verdict: str) -> None:
+        """A person decides one of the pending approvals (as a gateway would)."""
+        pending = [c.approval for c in self.bus.snapshot("s").calls if c.approval is not None]
+        if not pending:
+            return
+        approval = pending[index % len(pending)]
+        try:
+            self.bus.resolve_approval_now(
+                "s",
+                approval.approval_id,
+                approved=verdict != "deny",
+                by="person",
+                args={"edited": index} if verdict == "edit" else None,
+            )
+        except (ts.ApprovalAlreadyResolved, ts.ApprovalExpired):
+            pass
+
+    @precondition(lambda self: self.handles)
+    @rule(index=st.integers(0, 1000), backend=st.sampled_from(["asyncio", "trio"]))
+    def resume(self, index: int, backend: str) -> None:
+        """The run after an interrupt adopts a decided call by its id and runs it."""
+        handle = self.handles[index % len(self.handles)]
+        approval_id = handle.approval_id
+        if handle.state is not ts.CallState.AWAITING_APPROVAL or approval_id is None:
+            return
+        if self.bus.decision_now("s", approval_id) is None:
+            return  # nobody decided yet: adopting would wait for a person
+        tracker = self.tracker
+
+        async def body() -> None:
+            try:
+                async with tracker.run(), tracker.call(handle.tool, call_id=handle.given_id):
+                    pass
+            except ts.ApprovalDenied:
+                pass
+
+        anyio.run(body, backend=backend)
+
     @rule(
-        ending=st.sampled_from(["return", "complete", "raise", "cancel", "timeout"]),
+        ending=st.sampled_from(
+            [
+                "return",
+                "complete",
+                "raise",
+                "cancel",
+                "timeout",
+                "approve",
+                "deny",
+                "expire",
+                "request",
+                "cancel_waiting",
+            ]
+        ),
         backend=st.sampled_from(["asyncio", "trio"]),
         progress=st.integers(0, 3),
     )
     def scoped_call(self, ending: str, backend: str, progress: int) -> None:
         tracker = self.tracker
+        bus = self.bus
+        asks = ending in ("approve", "deny", "expire", "cancel_waiting")
+
+        async def decider() -> None:
+            while True:
+                pending = [
+                    c.approval
+                    for c in bus.snapshot("s").calls
+                    if c.approval is not None and c.tool == "scoped"
+                ]
+                if pending:
+                    break
+                await anyio.sleep(0.001)
+            if ending == "cancel_waiting":
+                return
+            try:
+                await bus.resolve_approval(
+                    "s", pending[0].approval_id, approved=ending != "deny", by="p"
+                )
+            except (ts.ApprovalAlreadyResolved, ts.ApprovalExpired):
+                pass
 
         async def body() -> None:
-            try:
-                with (
-                    anyio.fail_after(0.005) if ending == "timeout" else anyio.CancelScope() as scope
-                ):
-                    async with tracker.run(), tracker.call("scoped", {"n": progress}) as call:
-                        for i in range(progress):
-                            call.progress(i / 4)
-                        if ending == "complete":
-                            call.complete("done")
-                        elif ending == "raise":
-                            raise Boom("in the tool")
-                        elif ending == "cancel":
-                            scope.cancel()
-                            await anyio.sleep(1)
-                        elif ending == "timeout":
-                            await anyio.sleep(1)
-            except (Boom, TimeoutError):
-                pass
+            with anyio.move_on_after(0.005) if ending == "cancel_waiting" else anyio.CancelScope():
+                async with anyio.create_task_group() as tg:
+                    if (asks and ending != "expire") or ending == "request":
+                        tg.start_soon(decider)
+                    try:
+                        with (
+                            anyio.fail_after(0.005) if ending == "timeout" else anyio.CancelScope()
+                        ) as scope:
+                            await scoped(scope)
+                    except (Boom, TimeoutError, ts.ApprovalDenied):
+                        pass
+                    tg.cancel_scope.cancel()
+
+        async def scoped(scope: anyio.CancelScope) -> None:
+            async with (
+                tracker.run(),
+                tracker.call(
+                    "scoped",
+                    {"n": progress},
+                    approval="please" if asks else None,
+                    # a decider that never comes (another test's approval) cannot hang us
+                    approval_timeout=0.002 if ending == "expire" else 2.0,
+                ) as call,
+            ):
+                for i in range(progress):
+                    call.progress(i / 4)
+                if ending == "complete":
+                    call.complete("done")
+                elif ending == "raise":
+                    raise Boom("in the tool")
+                elif ending == "cancel":
+                    scope.cancel()
+                    await anyio.sleep(1)
+                elif ending == "timeout":
+                    await anyio.sleep(1)
+                elif ending == "request":
+                    decision = await call.request_approval("more", timeout=2)
+                    call.complete(decision.approved)
 
         anyio.run(body, backend=backend)
 
@@ -169,7 +269,7 @@ class Lifecycles(RuleBasedStateMachine):
         assert_lifecycle(self.events, compare=self.bus.compare)
         terminals: dict[str, int] = {}
         for e in self.events:
-            if isinstance(e, (ts.ToolCompleted, ts.ToolFailed, ts.ToolCancelled)):
+            if isinstance(e, (ts.ToolCompleted, ts.ToolFailed, ts.ToolCancelled, ts.ToolDenied)):
                 terminals[e.call_id] = terminals.get(e.call_id, 0) + 1
         announced = {e.call_id for e in self.events if e.call_id}
         assert terminals == dict.fromkeys(announced, 1)

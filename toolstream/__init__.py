@@ -6,6 +6,7 @@ dialects deliver them. Everything public is importable from here; the modules
 under ``toolstream._core`` are private.
 """
 
+from ._core.approvals import Decision as Decision
 from ._core.auth import Principal as Principal
 from ._core.auth import RequestInfo as RequestInfo
 from ._core.bus import Bus as Bus
@@ -14,6 +15,12 @@ from ._core.bus import EventBus as EventBus
 from ._core.codec import from_dict as from_dict
 from ._core.codec import json_schema as json_schema
 from ._core.codec import to_dict as to_dict
+from ._core.errors import ApprovalAlreadyResolved as ApprovalAlreadyResolved
+from ._core.errors import ApprovalDenied as ApprovalDenied
+from ._core.errors import ApprovalError as ApprovalError
+from ._core.errors import ApprovalExpired as ApprovalExpired
+from ._core.errors import ApprovalInvalid as ApprovalInvalid
+from ._core.errors import ApprovalNotFound as ApprovalNotFound
 from ._core.errors import BusClosed as BusClosed
 from ._core.errors import BusUnavailable as BusUnavailable
 from ._core.errors import DialectError as DialectError
@@ -23,6 +30,8 @@ from ._core.errors import ProviderStreamError as ProviderStreamError
 from ._core.errors import SlowConsumer as SlowConsumer
 from ._core.errors import ToolstreamError as ToolstreamError
 from ._core.events import EVENT_TYPES as EVENT_TYPES
+from ._core.events import ApprovalRequested as ApprovalRequested
+from ._core.events import ApprovalResolved as ApprovalResolved
 from ._core.events import BatchPhase as BatchPhase
 from ._core.events import BatchSnapshot as BatchSnapshot
 from ._core.events import CallSnapshot as CallSnapshot
@@ -30,6 +39,7 @@ from ._core.events import CallState as CallState
 from ._core.events import ErrorInfo as ErrorInfo
 from ._core.events import Event as Event
 from ._core.events import JSONValue as JSONValue
+from ._core.events import PendingApproval as PendingApproval
 from ._core.events import RunFinished as RunFinished
 from ._core.events import RunSnapshot as RunSnapshot
 from ._core.events import RunStarted as RunStarted
@@ -39,6 +49,7 @@ from ._core.events import ToolArgsDelta as ToolArgsDelta
 from ._core.events import ToolCancelled as ToolCancelled
 from ._core.events import ToolCompleted as ToolCompleted
 from ._core.events import ToolCreated as ToolCreated
+from ._core.events import ToolDenied as ToolDenied
 from ._core.events import ToolEvent as ToolEvent
 from ._core.events import ToolFailed as ToolFailed
 from ._core.events import ToolOutputDelta as ToolOutputDelta
@@ -72,6 +83,14 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_SECRET_PATTERNS",
     "EVENT_TYPES",
+    "ApprovalAlreadyResolved",
+    "ApprovalDenied",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalInvalid",
+    "ApprovalNotFound",
+    "ApprovalRequested",
+    "ApprovalResolved",
     "ArgsRedactor",
     "Batch",
     "BatchPhase",
@@ -85,6 +104,7 @@ __all__ = [
     "CallScope",
     "CallSnapshot",
     "CallState",
+    "Decision",
     "DialectError",
     "ErrorInfo",
     "Event",
@@ -96,6 +116,7 @@ __all__ = [
     "Origin",
     "Overflow",
     "PayloadPolicy",
+    "PendingApproval",
     "Principal",
     "ProviderStreamError",
     "RequestInfo",
@@ -114,6 +135,7 @@ __all__ = [
     "ToolCancelled",
     "ToolCompleted",
     "ToolCreated",
+    "ToolDenied",
     "ToolEvent",
     "ToolFailed",
     "ToolOutputDelta",

@@ -30,6 +30,8 @@ import anyio.lowlevel
 from ._core.bus import Bus
 from ._core.errors import SlowConsumer
 from ._core.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     Event,
     RunFinished,
     RunStarted,
@@ -39,6 +41,7 @@ from ._core.events import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -61,7 +64,7 @@ __all__ = [
 
 E = TypeVar("E", bound=Event)
 
-_RANK: dict[type[Event], int] = {
+_RANK: dict[type[Event], float] = {
     ToolCreated: 0,
     ToolArgsDelta: 0,
     ToolReady: 1,
@@ -73,9 +76,17 @@ _RANK: dict[type[Event], int] = {
     ToolCompleted: 4,
     ToolFailed: 4,
     ToolCancelled: 4,
+    ToolDenied: 4,
+    ApprovalRequested: 1.5,
+    ApprovalResolved: 1.5,
 }
-_TERMINALS = (ToolCompleted, ToolFailed, ToolCancelled)
-_STATE_EVENTS = {ToolCreated: 0, ToolReady: 1, ToolQueued: 2, ToolStarted: 3}
+_TERMINALS = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
+_STATE_EVENTS: dict[type[Event], float] = {
+    ToolCreated: 0,
+    ToolReady: 1,
+    ToolQueued: 2,
+    ToolStarted: 3,
+}
 
 
 class Recorder:
@@ -162,11 +173,16 @@ def assert_lifecycle(
     ids increase; per call, states only move forward, the first event is not a
     terminal, exactly one terminal ends it and nothing follows; every announced
     call ended (unless ``allow_open``); a run's calls ended before its
-    ``run.finished``, and each run started and finished once.
+    ``run.finished`` (a run finished ``interrupted`` may leave calls awaiting
+    approval open), and each run started and finished once; every approval requested
+    is resolved exactly once (unless ``allow_open``), and only a requested one.
     """
     events = list(events)
     assert_ids_increase(events, compare)
-    state: dict[str, int] = {}
+    state: dict[str, float] = {}
+    approvals: dict[str, str] = {}  # approval id -> call id, while pending
+    resolved: set[str] = set()
+    run_of: dict[str, str | None] = {}
     ended: dict[str, Event] = {}
     runs_started: set[str] = set()
     runs_finished: set[str] = set()
@@ -181,14 +197,32 @@ def assert_lifecycle(
             run = event.run_id or ""
             assert run not in runs_finished, f"run {run!r} finished twice"
             runs_finished.add(run)
+            waiting = set(approvals.values())
+            interrupted = getattr(event, "outcome", None) == "interrupted"
             still_open = [
-                c for c, s in state.items() if c not in ended and _run_of(events, c) == run
+                c
+                for c in state
+                if c not in ended and run_of.get(c) == run and not (interrupted and c in waiting)
             ]
             assert not still_open, f"run {run!r} finished with calls still open: {still_open}"
             continue
         if kind not in _RANK:
             continue
         call_id = event.call_id
+        if event.run_id is not None or call_id not in run_of:
+            run_of[call_id] = event.run_id
+        if kind is ApprovalRequested:
+            approval_id = getattr(event, "approval_id", "")
+            twice = approval_id in approvals or approval_id in resolved
+            assert not twice, f"approval {approval_id!r} requested twice"
+            approvals[approval_id] = call_id
+        elif kind is ApprovalResolved:
+            approval_id = getattr(event, "approval_id", "")
+            assert approval_id not in resolved, f"approval {approval_id!r} resolved twice"
+            assert approval_id in approvals, f"approval {approval_id!r} resolved, never requested"
+            del approvals[approval_id]
+            resolved.add(approval_id)
+            continue
         assert call_id not in ended, (
             f"call {call_id!r}: {event.type} (id {event.id}) after its terminal "
             f"{ended[call_id].type} (id {ended[call_id].id})"
@@ -210,11 +244,22 @@ def assert_lifecycle(
             )
         elif kind in _TERMINALS:
             ended[call_id] = event
+            undecided = [a for a, c in approvals.items() if c == call_id]
+            assert not undecided, f"call {call_id!r} ended with approval {undecided} undecided"
+        elif kind is ApprovalRequested:
+            if getattr(event, "running", False):
+                assert state[call_id] == 3, f"call {call_id!r}: a running approval, not running"
+            else:
+                assert state[call_id] < 1.5, (
+                    f"call {call_id!r}: approval asked after the call went on"
+                )
+                state[call_id] = 1.5
         else:
             state[call_id] = max(state[call_id], 3)
     if not allow_open:
         never = [c for c in state if c not in ended]
         assert not never, f"calls never ended: {never}"
+        assert not approvals, f"approvals never resolved: {sorted(approvals)}"
 
 
 def _run_of(events: Sequence[Event], call_id: str) -> str | None:

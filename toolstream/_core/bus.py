@@ -22,10 +22,25 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 import attrs
 from typing_extensions import Self, deprecated
 
+from .approvals import (
+    TIMEOUT_BY,
+    ApprovalBook,
+    Asked,
+    Decision,
+    check_decision,
+    denied_summary,
+    published_decision_fields,
+)
 from .build import prepare
-from .errors import BusClosed
-from .events import Event, Snapshot, StreamReset
+from .errors import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalNotFound,
+    BusClosed,
+)
+from .events import ApprovalRequested, ApprovalResolved, Event, Snapshot, StreamReset, ToolDenied
 from .ids import compare_ids, make_id
+from .payload import PayloadPolicy
 from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
 from .start import (
     Origin,
@@ -51,6 +66,7 @@ E2 = TypeVar("E2", bound=Event)
 E3 = TypeVar("E3", bound=Event)
 
 _get_ident = threading.get_ident
+_APPROVAL_EVENTS = frozenset({ApprovalRequested, ApprovalResolved})
 
 
 @runtime_checkable
@@ -99,6 +115,24 @@ class Bus(Protocol):
         """-1, 0 or 1 as event id ``a`` is before, equal to or after ``b``."""
         ...
 
+    async def resolve_approval(
+        self,
+        session: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        ends_call: bool = True,
+    ) -> ApprovalResolved:
+        """Decide an approval; the first decision wins (see :meth:`EventBus.resolve_approval`)."""
+        ...
+
+    async def decision(self, session: str, approval_id: str) -> Decision | None:
+        """The decision on an approval (real edited args), or None while it is pending."""
+        ...
+
     async def aclose(self) -> None:
         """End every subscription; publishing afterwards raises ``BusClosed``."""
         ...
@@ -118,9 +152,11 @@ class EventBus:
 
     ``replay`` events are kept per session, within a global ``replay_bytes`` budget
     (the oldest events of the largest sessions go first); a session with no event for
-    ``session_ttl`` seconds (and no subscriber) is forgotten. A ``stream.reset`` holds
-    at most ``reset_bytes`` (open calls always; the oldest finished calls go first; each
-    field capped). ``clock`` gives event timestamps (injectable for tests).
+    ``session_ttl`` seconds (and no subscriber, and no approval pending) is forgotten. A
+    ``stream.reset`` holds at most ``reset_bytes`` (open calls always; the oldest finished
+    calls go first; each field capped). ``clock`` gives event timestamps (injectable for
+    tests). ``payload`` shapes what a decision publishes (edited args, reasons): redacted
+    and capped like any args.
     """
 
     def __init__(
@@ -132,6 +168,7 @@ class EventBus:
         clock: Callable[[], float] = time.time,
         max_finished: int = 500,
         reset_bytes: int = DEFAULT_RESET_BYTES,
+        payload: PayloadPolicy | None = None,
     ) -> None:
         if replay < 1:
             raise ValueError(f"replay must be at least 1, got {replay}")
@@ -162,6 +199,12 @@ class EventBus:
         self._high = replay + max(32, replay // 4)
         self._sweep_every = min(session_ttl / 4, 60.0)
         self._last_sweep = clock()
+        #: What a decision publishes goes through this policy.
+        self.payload = payload if payload is not None else PayloadPolicy()
+        self._approvals = ApprovalBook()
+        # Held across a decision's check and its events (deciders take turns); taken
+        # before the feeder lock, never while holding it.
+        self._approval_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<EventBus epoch={self.epoch} seq={self._seq} sessions={len(self._logs)}>"
@@ -236,6 +279,8 @@ class EventBus:
             log.nbytes += size
             log.last_ts = ts
             self._bytes += size
+            if type(event) in _APPROVAL_EVENTS:
+                self._approvals.observe(event)
             wakes = log.waiters
             if wakes:
                 log.waiters = []
@@ -337,7 +382,7 @@ class EventBus:
         self._last_sweep = now
         horizon = now - self.session_ttl
         for session, log in list(self._logs.items()):
-            if not log.subs and log.last_ts < horizon:
+            if not log.subs and log.last_ts < horizon and not self._approvals.has_pending(session):
                 self._forget(session, log)
 
     def _forget(self, session: str, log: Log) -> None:
@@ -379,6 +424,7 @@ class EventBus:
         """The session's calls, runs and batches as they stand now (open calls, and
         the newest finished ones, within ``reset_bytes``); only one run's part with
         ``run=``."""
+        self._expire_due(session)
         with self._lock:
             log = self._logs.get(session)
             if log is None:
@@ -561,6 +607,8 @@ class EventBus:
 
     def _open(self, request: StartRequest) -> Subscription[Any]:
         session = request.session
+        if request.snapshot or request.after is not None:
+            self._expire_due(session)
         sub: Subscription[Any] = Subscription(
             self._feeder, request.types, session, request.run, request.buffer, request.overflow
         )
@@ -633,6 +681,128 @@ class EventBus:
             origin=Origin(reset=False, after=after),
         )
         sub._begin(log, start, cursor=log.base + start.index, replay_end=log.end)
+
+    # -- approvals ---------------------------------------------------------------------
+
+    async def resolve_approval(
+        self,
+        session: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        ends_call: bool = True,
+    ) -> ApprovalResolved:
+        """Decide approval ``approval_id`` of ``session``: publishes the one
+        ``tool.approval.resolved`` it gets and, when refused while the call waits to
+        run, the call's ``tool.denied``. Returns the resolution.
+
+        The first decision wins; any later one raises ``ApprovalAlreadyResolved``
+        (``.resolution``: the winner). ``ApprovalNotFound`` for an unknown id and for
+        another session's (the same error), ``ApprovalExpired`` past ``expires_at``
+        (the approval is then resolved by ``"timeout"``), ``ApprovalInvalid`` for edited
+        ``args`` that are not a JSON object within the payload cap. ``by`` names who
+        decided (a transport passes the principal's id). ``ends_call=False`` is for the
+        call's own tracker, which ends the call itself (cancelled while waiting).
+        """
+        return self.resolve_approval_now(
+            session,
+            approval_id,
+            approved=approved,
+            by=by,
+            reason=reason,
+            args=args,
+            ends_call=ends_call,
+        )
+
+    def resolve_approval_now(
+        self,
+        session: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        ends_call: bool = True,
+    ) -> ApprovalResolved:
+        """:meth:`resolve_approval`, from synchronous code (any thread)."""
+        edited = check_decision(approved, by, reason, args, self.payload.max_bytes)
+        with self._approval_lock:
+            with self._lock:
+                asked, done = self._approvals.lookup(session, approval_id)
+            if done is not None:
+                raise ApprovalAlreadyResolved(
+                    f"approval {approval_id!r} was already decided", resolution=done.event
+                )
+            if asked is None:
+                raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+            if asked.expired(self._clock()) and by != TIMEOUT_BY:
+                expired = self._decide(approval_id, asked, False, TIMEOUT_BY, None, None, True)
+                raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=expired)
+            return self._decide(approval_id, asked, approved, by, reason, edited, ends_call)
+
+    async def decision(self, session: str, approval_id: str) -> Decision | None:
+        """The decision on approval ``approval_id`` (the real edited args, for the tool),
+        or ``None`` while it is pending; ``ApprovalNotFound`` as for a decision. An
+        approval past its expiry is resolved by ``"timeout"`` first."""
+        return self.decision_now(session, approval_id)
+
+    def decision_now(self, session: str, approval_id: str) -> Decision | None:
+        """:meth:`decision`, from synchronous code."""
+        self._expire_due(session)
+        with self._approval_lock, self._lock:
+            asked, done = self._approvals.lookup(session, approval_id)
+        if done is not None:
+            return done.decision
+        if asked is None:
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        return None
+
+    def _decide(
+        self,
+        approval_id: str,
+        asked: Asked,
+        approved: bool,
+        by: str | None,
+        reason: str | None,
+        edited: dict[str, Any] | None,
+        ends_call: bool,
+    ) -> ApprovalResolved:
+        """Publish the resolution (the approval lock held: no other decision runs)."""
+        envelope = asked.envelope()
+        fields = published_decision_fields(self.payload, approved, by, reason, edited)
+        event = self.publish(ApprovalResolved, approval_id=approval_id, **envelope, **fields)
+        decision = Decision(
+            approval_id=approval_id, approved=approved, by=by, reason=reason, args=edited
+        )
+        with self._lock:
+            self._approvals.settle(event, decision)
+        if not approved and not asked.running and ends_call:
+            self.publish(
+                ToolDenied,
+                **envelope,
+                reason=fields["reason"],
+                by=fields["by"],
+                summary=self.payload.text(denied_summary(asked.tool, by, reason)),
+            )
+        return event
+
+    def _expire_due(self, session: str | None) -> None:
+        """Resolve by ``"timeout"`` the pending approvals past their expiry."""
+        if not self._approvals.pending:
+            return
+        now = self._clock()
+        with self._approval_lock:
+            with self._lock:
+                due = self._approvals.due(session, now)
+            for approval_id in due:
+                with self._lock:
+                    asked = self._approvals.pending.get(approval_id)
+                if asked is not None and not self.closed:
+                    self._decide(approval_id, asked, False, TIMEOUT_BY, None, None, True)
 
     # -- closing ---------------------------------------------------------------------
 

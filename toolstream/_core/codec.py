@@ -21,14 +21,9 @@ from .errors import EventDecodeError
 from .events import (
     EVENT_CLASSES,
     EVENT_TYPES,
-    BatchSnapshot,
-    CallSnapshot,
     CallState,
-    ErrorInfo,
     Event,
     JSONValue,
-    RunSnapshot,
-    Snapshot,
 )
 
 __all__ = ["SCHEMA_VERSION", "from_dict", "json_schema", "to_dict"]
@@ -94,7 +89,7 @@ def _fields(cls: type) -> list[tuple[str, object, bool]]:
 def _plain(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, (ErrorInfo, RunSnapshot, BatchSnapshot, CallSnapshot, Snapshot)):
+    if attrs.has(type(value)):
         return _encode_record(value)
     if isinstance(value, tuple):
         return [_plain(v) for v in value]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ToolstreamError(Exception):
     """Base class of every exception toolstream raises on purpose."""
@@ -54,3 +56,52 @@ class BusUnavailable(ToolstreamError, ConnectionError):
     """A broker-backed bus could not reach its broker in time (a subscription could
     not learn where to start). Publishing never raises it: events wait in the outbox.
     """
+
+
+class ApprovalError(ToolstreamError):
+    """Base class of the errors about an approval decision."""
+
+
+class ApprovalNotFound(ApprovalError, LookupError):
+    """No approval of this id in this session: unknown, forgotten, or another
+    session's (the same error either way, so ids of other sessions do not leak)."""
+
+
+class ApprovalAlreadyResolved(ApprovalError):
+    """The approval was decided already; ``resolution`` is the decision that won."""
+
+    def __init__(self, message: str, *, resolution: Any) -> None:
+        super().__init__(message)
+        #: The ``ApprovalResolved`` event that won.
+        self.resolution = resolution
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired before this decision; ``resolution`` is its resolution by
+    ``"timeout"`` (the call ended ``denied`` if it was waiting to run)."""
+
+    def __init__(self, message: str, *, resolution: Any) -> None:
+        super().__init__(message)
+        #: The ``ApprovalResolved`` event (``by="timeout"``).
+        self.resolution = resolution
+
+
+class ApprovalInvalid(ApprovalError, ValueError):
+    """A decision that cannot be applied: edited args that are not a JSON object or are
+    over the size cap, a non-boolean ``approved``..."""
+
+    def __init__(self, message: str, *, too_large: bool = False) -> None:
+        super().__init__(message)
+        #: True when the edited args are over the size cap (HTTP 413).
+        self.too_large = too_large
+
+
+class ApprovalDenied(ApprovalError):
+    """Raised by ``async with tracker.call(..., approval=...)`` when the block will not
+    run for want of an approval (denied, expired, or ended while waiting); the call
+    has already ended. ``decision`` says why."""
+
+    def __init__(self, message: str, *, decision: Any) -> None:
+        super().__init__(message)
+        #: The :class:`~toolstream.Decision` that refused the call.
+        self.decision = decision

@@ -12,7 +12,7 @@ import attrs
 #: payload policy ran.
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 
-RunOutcome: TypeAlias = Literal["completed", "failed", "cancelled"]
+RunOutcome: TypeAlias = Literal["completed", "failed", "cancelled", "interrupted"]
 BatchPhaseName: TypeAlias = Literal["queued", "running", "done"]
 
 
@@ -21,17 +21,21 @@ class CallState(str, enum.Enum):
 
     CREATED = "created"
     READY = "ready"
+    #: A person must approve the call before it runs (``tool.approval.requested``).
+    AWAITING_APPROVAL = "awaiting_approval"
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: The call's approval was refused or expired: it never ran.
+    DENIED = "denied"
     #: Open when a ``stream.reset`` arrived that no longer knew it (e.g. a server restart).
     LOST = "lost"
 
     @property
     def terminal(self) -> bool:
-        """True for completed, failed, cancelled and lost: nothing follows."""
+        """True for completed, failed, cancelled, denied and lost: nothing follows."""
         return self in _TERMINAL_STATES
 
     def __str__(self) -> str:
@@ -39,7 +43,7 @@ class CallState(str, enum.Enum):
 
 
 _TERMINAL_STATES = frozenset(
-    {CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED, CallState.LOST}
+    {CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED, CallState.DENIED, CallState.LOST}
 )
 
 
@@ -209,6 +213,52 @@ class ToolCancelled(Event):
 
 
 @attrs.frozen(kw_only=True)
+class ApprovalRequested(Event):
+    """A person must approve the call: before it runs (the call is then
+    ``awaiting_approval``), or from inside the running call (``running``)."""
+
+    type: ClassVar[str] = "tool.approval.requested"
+    #: Unguessable (128 bits); the decision names it.
+    approval_id: str = ""
+    #: The input to approve (after the payload policy).
+    args: JSONValue = None
+    #: Why a person must decide, as a sentence.
+    reason: str | None = None
+    summary: str | None = None
+    #: When the approval expires (seconds since the epoch); ``None``: never.
+    expires_at: float | None = None
+    #: True when asked from inside the running call: the call goes on whatever the
+    #: decision (the tool decides); False when the call waits to run.
+    running: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalResolved(Event):
+    """The one decision on an approval: by a person, ``"timeout"`` (it expired) or
+    ``"cancelled"`` (the call ended while waiting)."""
+
+    type: ClassVar[str] = "tool.approval.resolved"
+    approval_id: str = ""
+    approved: bool = False
+    #: Who decided: the deciding principal's id, ``"timeout"``, ``"cancelled"``.
+    by: str | None = None
+    reason: str | None = None
+    #: The edited input (after the payload policy); absent when unchanged.
+    args: JSONValue = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolDenied(Event):
+    """The call's approval was refused or expired: it never ran; terminal."""
+
+    type: ClassVar[str] = "tool.denied"
+    reason: str | None = None
+    by: str | None = None
+    summary: str | None = None
+    duration_s: float | None = None
+
+
+@attrs.frozen(kw_only=True)
 class BatchPhase(Event):
     """A batch of parallel calls changed phase."""
 
@@ -218,6 +268,17 @@ class BatchPhase(Event):
     call_ids: tuple[str, ...] = ()
     #: How many of the batch's calls are in each state (state name -> count).
     counts: Mapping[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class PendingApproval:
+    """An approval waiting for a decision, as a call's snapshot carries it."""
+
+    approval_id: str
+    reason: str | None = None
+    expires_at: float | None = None
+    #: True when asked from inside the running call.
+    running: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -248,6 +309,10 @@ class CallSnapshot:
     result: JSONValue = None
     error: ErrorInfo | None = None
     reason: str | None = None
+    #: The approval waiting for a decision, if any: a page opened mid-wait can decide.
+    approval: PendingApproval | None = None
+    #: Who decided the call's last approval (a principal's id, ``"timeout"``...).
+    decided_by: str | None = None
     created_ts: float | None = None
     started_ts: float | None = None
     ended_ts: float | None = None
@@ -264,7 +329,7 @@ class RunSnapshot:
 
     run_id: str
     #: ``"running"`` while open, else the outcome.
-    state: Literal["running", "completed", "failed", "cancelled"]
+    state: Literal["running", "completed", "failed", "cancelled", "interrupted"]
     title: str | None = None
     started_ts: float | None = None
     ended_ts: float | None = None
@@ -318,6 +383,9 @@ ToolEvent: TypeAlias = (
     | ToolCompleted
     | ToolFailed
     | ToolCancelled
+    | ApprovalRequested
+    | ApprovalResolved
+    | ToolDenied
     | BatchPhase
     | StreamReset
 )
@@ -338,6 +406,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolCompleted,
     ToolFailed,
     ToolCancelled,
+    ApprovalRequested,
+    ApprovalResolved,
+    ToolDenied,
     BatchPhase,
     StreamReset,
 )
@@ -345,7 +416,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 #: Wire name -> class.
 EVENT_CLASSES: Mapping[str, type[Event]] = {cls.type: cls for cls in EVENT_TYPES}
 
-TERMINAL_EVENTS: tuple[type[Event], ...] = (ToolCompleted, ToolFailed, ToolCancelled)
+TERMINAL_EVENTS: tuple[type[Event], ...] = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
 
 #: The identifier fields of the envelope (besides ``id`` and ``ts``, which the bus
 #: assigns), in the order the classes declare them.

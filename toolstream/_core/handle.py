@@ -12,8 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from .approvals import Decision, check_timeout, new_approval_id
 from .coalescer import NOTHING
+from .errors import LifecycleError
 from .events import (
+    ApprovalRequested,
     CallState,
     ErrorInfo,
     JSONValue,
@@ -30,7 +33,7 @@ from .events import (
     ToolStarted,
 )
 from .redaction import ArgsRedactor, TextRedactor
-from .summaries import CANCELLED, ERROR, RESULT, START
+from .summaries import APPROVAL, CANCELLED, ERROR, RESULT, START
 
 if TYPE_CHECKING:
     from .events import Event
@@ -41,7 +44,7 @@ __all__ = ["CallHandle"]
 UNSET: Final[Any] = object()
 
 # Internal state codes: order is the lifecycle order.
-NEW, CREATED, READY, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4
+NEW, CREATED, READY, AWAITING, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4, 5
 
 #: The events that may open a call, and so carry its title.
 _TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
@@ -50,9 +53,33 @@ _STATE_NAMES = {
     NEW: None,
     CREATED: CallState.CREATED,
     READY: CallState.READY,
+    AWAITING: CallState.AWAITING_APPROVAL,
     QUEUED: CallState.QUEUED,
     RUNNING: CallState.RUNNING,
 }
+
+
+class Ask:
+    """An approval this call asked for and whose decision it has not applied yet."""
+
+    __slots__ = ("approval_id", "deadline", "expires_at", "request_id", "running")
+
+    def __init__(
+        self,
+        approval_id: str,
+        request_id: str | None,
+        running: bool,
+        expires_at: float | None,
+        deadline: float | None,
+    ) -> None:
+        self.approval_id = approval_id
+        #: The id of the ``tool.approval.requested`` event (where the decision follows).
+        self.request_id = request_id
+        #: Asked from inside the running call (the call goes on whatever the decision).
+        self.running = running
+        self.expires_at = expires_at
+        #: ``time.monotonic()`` at which the waiting tracker resolves it by timeout.
+        self.deadline = deadline
 
 
 class CallHandle:
@@ -66,6 +93,7 @@ class CallHandle:
     """
 
     __slots__ = (
+        "_approval",
         "_args",
         "_args_parts",
         "_args_redactor",
@@ -131,6 +159,7 @@ class CallHandle:
         self._args_redactor: ArgsRedactor | None = None
         self._out_redactor: TextRedactor | None = None
         self._started: float | None = None
+        self._approval: Ask | None = None
 
     def __repr__(self) -> str:
         return f"<CallHandle {self.tool!r} call_id={self.call_id!r} state={self.state}>"
@@ -168,6 +197,12 @@ class CallHandle:
         return "".join(self._args_parts)
 
     @property
+    def approval_id(self) -> str | None:
+        """The id of the approval this call waits for, if any."""
+        ask = self._approval
+        return None if ask is None else ask.approval_id
+
+    @property
     def duration_s(self) -> float | None:
         """Seconds since the call started running (None before)."""
         started = self._started
@@ -180,6 +215,8 @@ class CallHandle:
         and the call's state allows ``op`` (else a violation: False). A report that
         implies the call runs (``runs``) starts it first."""
         t = self._tracker
+        if (runs or op == "start" or op == "queue") and self._gated():
+            allowed = False
         if not (allowed and not t._closed) and not t._allowed(self, op, allowed):
             return False
         if runs and self._state < RUNNING:
@@ -299,8 +336,8 @@ class CallHandle:
         lock.acquire()  # not ``with``, and _report inlined: the hot path of a running tool
         try:
             state = self._state
-            if state >= DONE or t._closed:
-                t._allowed(self, "progress", state < DONE)
+            if state >= DONE or t._closed or (state == AWAITING and self._gated()):
+                t._allowed(self, "progress", state < DONE and not self._gated())
                 return
             if state < RUNNING:
                 self._start_locked(UNSET, None)
@@ -416,14 +453,126 @@ class CallHandle:
                     CallState.CANCELLED, ToolCancelled, reason=published, summary=summary
                 )
 
+    # -- approval ----------------------------------------------------------------------
+
+    def await_approval(self, reason: str | None = None, timeout: float | None = None) -> str:
+        """Ask a person to approve this call, without waiting: publishes
+        ``tool.approval.requested`` and returns its ``approval_id``.
+
+        Before the call runs, the call is then ``awaiting_approval`` and may not start
+        until the decision is applied (``async with tracker.call(..., call_id=...)``
+        adopts it and waits, or ``await tracker.decision(approval_id)``); a run can
+        finish ``"interrupted"`` meanwhile and leave it open. From inside a running
+        call, the call stays running. ``timeout`` (seconds) sets ``expires_at``.
+
+        Asking where it cannot be (an ended or queued call, an approval already
+        pending, a hidden tool) raises ``LifecycleError`` even on a lenient tracker:
+        a tool must never run unapproved because a request was dropped.
+        """
+        return self._ask(reason, timeout).approval_id
+
+    async def request_approval(
+        self, reason: str | None = None, timeout: float | None = None
+    ) -> Decision:
+        """From inside the running tool: ask a person and wait for the decision. The
+        call stays running and the tool decides what to do; on expiry the decision is
+        ``approved=False, by="timeout"``."""
+        if self._state != RUNNING:
+            raise LifecycleError(
+                f"call {self.call_id!r} ({self.tool}) is {self.state}: request_approval() "
+                "is for a running call (use approval= on tracker.call, or await_approval())",
+                call_id=self.call_id,
+                state=str(self.state),
+                attempted="request_approval",
+            )
+        ask = self._ask(reason, timeout)
+        return await self._tracker._wait(self, ask)
+
+    def _gated(self) -> bool:
+        """True while the call waits for an approval before it may run."""
+        ask = self._approval
+        return ask is not None and not ask.running
+
+    def _ask(self, reason: str | None, timeout: float | None) -> Ask:
+        seconds = check_timeout(timeout)
+        t = self._tracker
+        if self.hidden:
+            raise LifecycleError(
+                f"call {self.call_id!r} ({self.tool}) is hidden: nobody could approve it",
+                call_id=self.call_id,
+                state=str(self.state),
+                attempted="await_approval",
+            )
+        if self._state < READY:
+            self.ready()
+        shown = t.payload.text(reason)
+        with t._lock:
+            state = self._state
+            if state in (DONE, QUEUED, NEW) or t._closed or self._approval is not None:
+                why = (
+                    "an approval is pending already"
+                    if self._approval is not None
+                    else "the tracker is closed"
+                    if t._closed
+                    else f"it is {self.state}"
+                )
+                raise LifecycleError(
+                    f"call {self.call_id!r} ({self.tool}) cannot ask for approval: {why}",
+                    call_id=self.call_id,
+                    state=str(self.state),
+                    attempted="await_approval",
+                )
+            self._flush()
+            running = state == RUNNING
+            approval_id = new_approval_id()
+            expires_at = None if seconds is None else t._clock() + seconds
+            deadline = None if seconds is None else time.monotonic() + seconds
+            summary = t._summary(APPROVAL, self, shown)
+            if not running:
+                self._state = AWAITING
+            event = self._emit(
+                ApprovalRequested,
+                False,
+                approval_id=approval_id,
+                args=self._published_args,
+                reason=shown,
+                summary=summary,
+                expires_at=expires_at,
+                running=running,
+            )
+            ask = Ask(
+                approval_id, None if event is None else event.id, running, expires_at, deadline
+            )
+            self._approval = ask
+            t._asked[approval_id] = self
+        return ask
+
+    def _apply_decision(self, ask: Ask, decision: Decision, *, ended_by_bus: bool) -> None:
+        """Take the decision on ``ask`` (lock held). A refusal before the call ran ended
+        the call on the bus (``tool.denied``) when ``ended_by_bus``."""
+        if self._approval is not ask:
+            return
+        self._approval = None
+        self._tracker._asked.pop(ask.approval_id, None)
+        if ask.running or self._state == DONE:
+            return
+        if decision.approved:
+            if decision.args is not None:
+                self._args = decision.args
+                self.args_valid = True
+                self._args_sent = False  # tool.started shows what actually runs
+        elif ended_by_bus:
+            self._end_silently(CallState.DENIED)
+
     # -- internals (the tracker's lock is held) ------------------------------------------
 
-    def _emit(self, cls: type[Event], first: bool, **fields: Any) -> None:
+    def _emit(self, cls: type[Event], first: bool, **fields: Any) -> Event | None:
         """Publish one event of this call; the call's first event carries its title.
-        (Every field of the class is given: the bus's builder then takes its short path.)"""
+        (Every field of the class is given: the bus's builder then takes its short path.)
+        Returns the event (None when the bus is closed)."""
         if cls in _TITLED:
             fields["title"] = self.title if first else None
-        self._tracker._emit(cls, self, fields)
+        return self._tracker._emit(cls, self, fields)
 
     def _announce(self) -> None:
         """First event of a call that streams its input: ``tool.created``."""
@@ -437,6 +586,9 @@ class CallHandle:
         """End the call with ``cls`` (its state allows it). A call never announced gets
         its synthesized ``tool.started`` first (every client sees a well-formed
         lifecycle)."""
+        ask = self._approval
+        if ask is not None and not self._tracker._withdraw_now(self, ask):
+            return  # refused on the bus meanwhile: the call ended there (tool.denied)
         if self._state == NEW:
             self._start_locked(UNSET, None)
         self._flush(final=True)

@@ -19,8 +19,9 @@ import anyio
 import anyio.abc
 from typing_extensions import Self
 
+from .errors import ApprovalDenied
 from .events import BatchPhase, ErrorInfo, RunFinished, RunOutcome, RunStarted
-from .handle import DONE, RUNNING, CallHandle
+from .handle import AWAITING, DONE, READY, RUNNING, CallHandle
 
 if TYPE_CHECKING:
     from .tracker import Tracker
@@ -80,7 +81,17 @@ class CallScope:
     (re-raised), is cancelled on cancellation (re-raised). Returned by
     :meth:`Tracker.call` and :meth:`Batch.call`."""
 
-    __slots__ = ("_args", "_batch", "_handle", "_owner", "_slot", "_token", "_tracker")
+    __slots__ = (
+        "_approval",
+        "_approval_timeout",
+        "_args",
+        "_batch",
+        "_handle",
+        "_owner",
+        "_slot",
+        "_token",
+        "_tracker",
+    )
 
     def __init__(
         self,
@@ -89,12 +100,19 @@ class CallScope:
         args: Any,
         owner: bool,
         batch: Batch | None = None,
+        *,
+        approval: str | bool | None = None,
+        approval_timeout: float | None = None,
     ) -> None:
+        if approval is not None and not isinstance(approval, (str, bool)):
+            raise TypeError(f"approval is a reason (str) or True, not {type(approval).__name__}")
         self._tracker = tracker
         self._handle = handle
         self._args = args
         self._owner = owner
         self._batch = batch
+        self._approval = approval
+        self._approval_timeout = approval_timeout
         self._slot = False
         self._token: contextvars.Token[CallHandle | None] | None = None
 
@@ -106,6 +124,8 @@ class CallScope:
     def __enter__(self) -> CallHandle:
         if self._batch is not None:
             raise TypeError("a batch call waits for a slot: use `async with`")
+        if self._approval not in (None, False) or self._handle._gated():
+            raise TypeError("a call that needs approval waits for a person: use `async with`")
         return self._enter()
 
     def __exit__(
@@ -117,6 +137,8 @@ class CallScope:
         self._exit(exc)
 
     async def __aenter__(self) -> CallHandle:
+        if self._owner:
+            await self._approve()
         batch = self._batch
         if batch is not None:
             try:
@@ -145,6 +167,37 @@ class CallScope:
                 self._slot = False
                 assert self._batch is not None
                 self._batch._release()
+
+    async def _approve(self) -> None:
+        """Ask for the approval (``approval=``) or adopt the pending one, and wait for the
+        decision; ``ApprovalDenied`` when the block will not run for want of it."""
+        handle = self._handle
+        wanted = self._approval not in (None, False)
+        if wanted and handle._approval is None and handle._state < AWAITING:
+            if handle._state < READY:
+                handle.ready(self._args)
+            reason = self._approval if isinstance(self._approval, str) else None
+            handle.await_approval(reason, self._approval_timeout)
+        ask = handle._approval
+        if ask is None or ask.running:
+            return
+        try:
+            decision = await self._tracker._wait(handle, ask)
+        except BaseException as exc:  # the block will not run: the call ends here
+            if not handle.done:
+                if is_cancellation(exc):
+                    handle.cancel(cancel_reason(exc))
+                else:
+                    handle.fail(exc)
+            raise
+        if not decision.approved:
+            who = f" by {decision.by}" if decision.by else ""
+            raise ApprovalDenied(
+                f"call {handle.call_id!r} ({handle.tool}) was not approved{who}",
+                decision=decision,
+            )
+        if decision.args is not None:
+            self._args = decision.args
 
     def _enter(self) -> CallHandle:
         handle = self._handle
@@ -220,9 +273,14 @@ class RunScope:
         *,
         error: BaseException | str | ErrorInfo | None = None,
     ) -> None:
-        """Close the run's open calls, then publish ``run.finished`` (once)."""
-        if outcome not in ("completed", "failed", "cancelled"):
-            raise ValueError(f"outcome must be completed, failed or cancelled, not {outcome!r}")
+        """Close the run's open calls, then publish ``run.finished`` (once).
+
+        ``"interrupted"``: the run stops to wait for a person; its calls awaiting
+        approval stay open (the run that resumes them adopts them by ``call_id``)."""
+        if outcome not in ("completed", "failed", "cancelled", "interrupted"):
+            raise ValueError(
+                f"outcome must be completed, failed, cancelled or interrupted, not {outcome!r}"
+            )
         t = self._tracker
         info = t.payload.error(error) if error is not None else None
         with t._lock:
@@ -231,7 +289,15 @@ class RunScope:
                 t._violation(f"run {self.run_id!r} is {state}", self.run_id, state, "finish")
                 return
             self._finished = True
-            t._close_calls([h for h in t._open.values() if h.run_id == self.run_id], "run finished")
+            keep = outcome == "interrupted"
+            t._close_calls(
+                [
+                    h
+                    for h in t._open.values()
+                    if h.run_id == self.run_id and not (keep and h._gated())
+                ],
+                "run finished",
+            )
             t._runs.pop(self.run_id, None)
             t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
 

@@ -13,6 +13,7 @@ from .events import ErrorInfo, JSONValue
 logger = logging.getLogger("toolstream.summaries")
 
 __all__ = [
+    "APPROVAL",
     "CANCELLED",
     "ERROR",
     "RESULT",
@@ -247,6 +248,16 @@ class Summaries:
             return f"{call.tool} was cancelled"
         return f"{call.tool} cancelled: {reason}"
 
+    @staticmethod
+    def generic_approval(call: CallInfo, reason: str | None) -> str:
+        """ "send_email (to='bob@example.com') needs approval"."""
+        args = call.args
+        if isinstance(args, dict) and args:
+            shown = [f"{k}={_short(v)}" for k, v in list(args.items())[:3]]
+            more = ", …" if len(args) > 3 else ""
+            return f"{call.tool} ({', '.join(shown)}{more}) needs approval"
+        return f"{call.tool} needs approval"
+
     # -- helpers ------------------------------------------------------------------------
 
     def _clip(self, text: str) -> str:
@@ -305,6 +316,8 @@ RESULT = SummaryKind("result", Summaries.generic_result)
 ERROR = SummaryKind("error", Summaries.generic_error)
 #: ``cancelled`` is not part of the Summarizer protocol: the generic sentence without it.
 CANCELLED = SummaryKind("cancelled", Summaries.generic_cancelled)
+#: ``approval`` neither: the sentence of a call waiting for a person.
+APPROVAL = SummaryKind("approval", Summaries.generic_approval)
 
 
 def summarize(summarizer: object, kind: SummaryKind, call: CallInfo, detail: Any) -> str | None:

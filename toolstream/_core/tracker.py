@@ -14,19 +14,29 @@ import inspect
 import logging
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast, overload
 
+import anyio
 from typing_extensions import ParamSpec, Self
 
+from .approvals import CANCELLED_BY, TIMEOUT_BY, Decision, decision_of
 from .build import plan_of
 from .bus import Bus, EventBus
 from .coalescer import Coalescer
-from .errors import BusClosed, LifecycleError
+from .errors import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalNotFound,
+    BusClosed,
+    LifecycleError,
+)
 from .events import (
     ENVELOPE,
     EVENT_TYPES,
+    ApprovalResolved,
     CallState,
     Event,
     JSONValue,
@@ -36,7 +46,7 @@ from .events import (
     ToolOutputDelta,
     ToolProgress,
 )
-from .handle import DONE, NEW, RUNNING, CallHandle
+from .handle import AWAITING, DONE, NEW, RUNNING, Ask, CallHandle
 from .jsonenc import is_utf8
 from .payload import PayloadPolicy
 from .scopes import (
@@ -149,6 +159,10 @@ class Tracker:
         # Ended call ids -> how many calls used them.
         self._finished_ids: OrderedDict[str, int] = OrderedDict()
         self._runs: dict[str, RunScope] = {}
+        # Approvals asked by this tracker's calls whose decision is not applied yet.
+        self._asked: dict[str, CallHandle] = {}
+        # The bus's clock (expires_at is on it); the wall clock for a bus without one.
+        self._clock: Callable[[], float] = getattr(bus, "_clock", None) or time.time
         self._closed = False
         self._bus_closed_logged = False
 
@@ -208,14 +222,33 @@ class Tracker:
         run_id: str | None = None,
         parent_call_id: str | None = None,
         title: str | None = None,
+        approval: str | bool | None = None,
+        approval_timeout: float | None = None,
     ) -> CallScope:
         """``async with`` (or ``with``) one call: ``tool.started`` with ``args`` on
         entry, completed / failed / cancelled on exit. A call already announced
-        with this ``call_id`` (by a provider ingest) is adopted, not duplicated."""
+        with this ``call_id`` (by a provider ingest) is adopted, not duplicated.
+
+        ``approval`` (a reason, or ``True``): a person must approve the call first.
+        ``async with`` then waits for the decision: approved, the block runs (with
+        the edited args, if any, in ``call.args``); denied or expired (after
+        ``approval_timeout`` seconds), ``ApprovalDenied`` is raised and the block never
+        runs. A call waiting for an approval it asked earlier (``await_approval``, a
+        run that finished ``"interrupted"``) is adopted by its ``call_id`` the same way.
+        """
         handle, owner = self._handle_for(tool, call_id, run_id, parent_call_id, None, title)
         if not owner and handle._state < RUNNING:
             owner = True  # announced (by an ingest) but not running: this scope runs it
-        return CallScope(self, handle, {} if args is None else args, owner)
+            if handle._state == AWAITING:  # adopted by the run that resumes it
+                handle.run_id = self._run_for(run_id) or handle.run_id
+        return CallScope(
+            self,
+            handle,
+            {} if args is None else args,
+            owner,
+            approval=approval,
+            approval_timeout=approval_timeout,
+        )
 
     @overload
     def tool(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
@@ -279,6 +312,126 @@ class Tracker:
     def batch(self, limit: int | None = None, *, batch_id: str | None = None) -> Batch:
         """Parallel calls, at most ``limit`` running at once: ``async with tracker.batch(3)``."""
         return Batch(self, limit, batch_id or _new_id("batch"))
+
+    # -- approvals -------------------------------------------------------------------
+
+    async def decision(self, approval_id: str) -> Decision:
+        """Wait for the decision on ``approval_id`` (asked by a call of this tracker
+        with ``await_approval``, or any approval of the session) and apply it to the
+        call: approved, the call may run (with the edited args); refused, the call
+        has ended ``denied``. Past the approval's expiry it is resolved by timeout."""
+        handle = self._asked.get(approval_id)
+        ask = None if handle is None else handle._approval
+        if handle is not None and ask is not None and ask.approval_id == approval_id:
+            return await self._wait(handle, ask)
+        return await self._receive(approval_id, None, None, running=True)
+
+    async def _wait(self, handle: CallHandle, ask: Ask) -> Decision:
+        """Wait for the decision on ``ask`` and apply it to ``handle``. Cancelled while
+        waiting, the approval is withdrawn (resolved by ``"cancelled"``) first."""
+        try:
+            decision = await self._receive(
+                ask.approval_id, ask.request_id, ask.deadline, running=ask.running
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._withdraw(handle, ask)
+            raise
+        with self._lock:
+            handle._apply_decision(ask, decision, ended_by_bus=True)
+        return decision
+
+    async def _receive(
+        self, approval_id: str, after: str | None, deadline: float | None, *, running: bool
+    ) -> Decision:
+        """The decision on ``approval_id``: read from the session's stream (after the
+        request event ``after``, or live), resolved by timeout at ``deadline``."""
+        bus = self.bus
+        sub = (
+            bus.subscribe(ApprovalResolved, session=self.session, after=after)
+            if after is not None
+            else bus.subscribe(ApprovalResolved, session=self.session)
+        )
+        seen: ApprovalResolved | None = None
+        async with sub:
+            if after is None:  # not asked here: it may be decided already
+                known = await bus.decision(self.session, approval_id)
+                if known is not None:
+                    return known
+            while seen is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                with anyio.move_on_after(left if left is None or left > 0 else 0):
+                    async for event in sub:
+                        if isinstance(event, ApprovalResolved):
+                            if event.approval_id == approval_id:
+                                seen = event
+                                break
+                        else:  # a reset: the stream could not be replayed; ask the bus
+                            known = await bus.decision(self.session, approval_id)
+                            if known is not None:
+                                return known
+                    else:
+                        raise BusClosed(f"the bus closed before approval {approval_id!r}")
+                if seen is None:  # expired: resolve it by timeout (or learn who won)
+                    try:
+                        seen = await bus.resolve_approval(
+                            self.session, approval_id, approved=False, by=TIMEOUT_BY
+                        )
+                    except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+                        seen = exc.resolution
+        try:
+            decision = await bus.decision(self.session, approval_id)
+        except ApprovalNotFound:
+            decision = None
+        return decision if decision is not None else decision_of(seen)
+
+    async def _withdraw(self, handle: CallHandle, ask: Ask) -> None:
+        """The waiting call is being cancelled: resolve its approval by ``"cancelled"``
+        (unless a decision won already) so the approval, too, ends exactly once."""
+        try:
+            await self.bus.resolve_approval(
+                self.session, ask.approval_id, approved=False, by=CANCELLED_BY, ends_call=False
+            )
+            ended = False
+        except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+            ended = not exc.resolution.approved
+        except (ApprovalNotFound, BusClosed):
+            ended = False
+        with self._lock:
+            handle._apply_decision(
+                ask,
+                Decision(approval_id=ask.approval_id, approved=False, by=CANCELLED_BY),
+                ended_by_bus=ended,
+            )
+
+    def _withdraw_now(self, handle: CallHandle, ask: Ask) -> bool:
+        """From synchronous code (the call ends while its approval is pending; lock
+        held): resolve the approval by ``"cancelled"``. False when a refusal had won
+        and ended the call on the bus already (it is then marked ended here)."""
+        handle._approval = None
+        self._asked.pop(ask.approval_id, None)
+        resolve = getattr(self.bus, "resolve_approval_now", None)
+        if resolve is None:
+            # A broker bus arbitrates this resolution when it is written (first wins).
+            handle._emit(
+                ApprovalResolved,
+                False,
+                approval_id=ask.approval_id,
+                approved=False,
+                by=CANCELLED_BY,
+                reason=None,
+                args=None,
+            )
+            return True
+        try:
+            resolve(self.session, ask.approval_id, approved=False, by=CANCELLED_BY, ends_call=False)
+        except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+            if not exc.resolution.approved and not ask.running:
+                handle._end_silently(CallState.DENIED)
+                return False
+        except (ApprovalNotFound, BusClosed):
+            pass
+        return True
 
     # -- closing ---------------------------------------------------------------------
 
@@ -431,8 +584,8 @@ class Tracker:
                     CallState.CANCELLED, ToolCancelled, reason=reason, summary=summary
                 )
 
-    def _emit(self, cls: type[Event], handle: CallHandle, fields: dict[str, Any]) -> None:
-        """Publish one event of ``handle`` (lock held)."""
+    def _emit(self, cls: type[Event], handle: CallHandle, fields: dict[str, Any]) -> Event | None:
+        """Publish one event of ``handle`` (lock held); returns it (None: bus closed)."""
         fields["session"] = self.session
         fields["run_id"] = handle.run_id
         fields["call_id"] = handle.call_id
@@ -441,11 +594,11 @@ class Tracker:
         fast = self._fast
         try:
             if fast is not None:
-                fast(_BUILDERS[cls], self.session, fields)
-            else:
-                self.bus.publish(cls, **fields)
+                return cast(Event, fast(_BUILDERS[cls], self.session, fields))
+            return self.bus.publish(cls, **fields)
         except BusClosed:
             self._bus_gone()
+            return None
 
     def _emit_values(self, cls: type[Event], values: tuple[Any, ...]) -> None:
         """Publish a progress or output-text event given as its values in field order

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
     BatchPhase,
     BatchSnapshot,
     CallSnapshot,
@@ -14,6 +16,7 @@ from .events import (
     ErrorInfo,
     Event,
     JSONValue,
+    PendingApproval,
     RunFinished,
     RunSnapshot,
     RunStarted,
@@ -23,6 +26,7 @@ from .events import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -38,11 +42,13 @@ __all__ = ["LiveView"]
 _ORDER = {
     CallState.CREATED: 0,
     CallState.READY: 1,
+    CallState.AWAITING_APPROVAL: 1.5,
     CallState.QUEUED: 2,
     CallState.RUNNING: 3,
     CallState.COMPLETED: 4,
     CallState.FAILED: 4,
     CallState.CANCELLED: 4,
+    CallState.DENIED: 4,
     CallState.LOST: 4,
 }
 
@@ -89,6 +95,8 @@ class _Call:
     result: JSONValue
     error: ErrorInfo | None
     reason: str | None
+    approval: PendingApproval | None
+    decided_by: str | None
     created_ts: float | None
     started_ts: float | None
     ended_ts: float | None
@@ -457,7 +465,31 @@ class LiveView:
                     rec.args_parts = []
                 if event.summary is not None:
                     rec.summary = event.summary
-        elif cls is ToolCompleted or cls is ToolFailed or cls is ToolCancelled:
+        elif cls is ApprovalRequested:
+            assert isinstance(event, ApprovalRequested)
+            rec.approval = PendingApproval(
+                approval_id=event.approval_id,
+                reason=event.reason,
+                expires_at=event.expires_at,
+                running=event.running,
+            )
+            if event.args is not None:
+                rec.args = event.args
+                rec.args_parts = []
+                rec.args_valid = True if rec.args_valid is None else rec.args_valid
+            if not event.running:
+                self._advance(rec, CallState.AWAITING_APPROVAL, event.ts)
+                if event.summary is not None:
+                    rec.summary = event.summary
+        elif cls is ApprovalResolved:
+            assert isinstance(event, ApprovalResolved)
+            pending = rec.approval
+            if pending is None or pending.approval_id == event.approval_id:
+                rec.approval = None
+                rec.decided_by = event.by
+                if event.approved and event.args is not None:
+                    rec.args = event.args
+        elif cls is ToolCompleted or cls is ToolFailed or cls is ToolCancelled or cls is ToolDenied:
             self._finish(rec, event)
         return True
 
@@ -485,9 +517,15 @@ class LiveView:
         elif isinstance(event, ToolFailed):
             rec.state = CallState.FAILED
             rec.error = event.error
+        elif isinstance(event, ToolDenied):
+            rec.state = CallState.DENIED
+            rec.reason = event.reason
+            if event.by is not None:
+                rec.decided_by = event.by
         else:
             rec.state = CallState.CANCELLED
             rec.reason = event.reason
+        rec.approval = None
         if event.summary is not None:
             rec.summary = event.summary
         rec.ended_ts = event.ts
