@@ -233,8 +233,10 @@ async def test_heartbeat_on_an_idle_stream(server: Served, client: httpx.AsyncCl
 
 
 async def test_errors(server: Served, client: httpx.AsyncClient) -> None:
+    put = await client.put(f"{server.url}/?session=s1")
+    assert put.status_code == 405 and put.headers["allow"] == "GET, POST"
     post = await client.post(f"{server.url}/?session=s1")
-    assert post.status_code == 405 and post.headers["allow"] == "GET"
+    assert post.status_code == 415, "a decision is JSON (POST decides approvals)"
     missing = await client.get(f"{server.url}/")
     assert missing.status_code == 400 and "session" in missing.json()["error"]
     unknown = await client.get(f"{server.url}/?session=s1&dialect=klingon")

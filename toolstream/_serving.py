@@ -19,8 +19,21 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import anyio
+import attrs
 
-from toolstream import Bus, Principal, RequestInfo, StreamReset, Subscription
+from toolstream import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalInvalid,
+    ApprovalNotFound,
+    Bus,
+    BusClosed,
+    BusUnavailable,
+    Principal,
+    RequestInfo,
+    StreamReset,
+    Subscription,
+)
 from toolstream._core.jsonenc import is_utf8
 from toolstream.dialects import Cursor, Dialect, DialectSpec, Encoder, resolve
 from toolstream.dialects._pump import FrameCache, Pump, WireFormat
@@ -31,12 +44,14 @@ T = TypeVar("T")
 
 __all__ = [
     "Authorize",
+    "Decided",
     "Dialects",
     "OpenStreams",
     "Receive",
     "Scope",
     "Send",
     "authenticate",
+    "decide",
     "lifespan",
     "may_read",
     "open_pump",
@@ -102,6 +117,111 @@ async def may_read(principal: Principal | bool, session: str) -> bool:
     except Exception:
         logger.exception("can_read(%r) failed; refusing", session)
         return False
+
+
+async def may_approve(principal: Principal | bool, session: str) -> bool:
+    """Whether the principal may decide the approvals of ``session``: without an
+    ``authorize`` hook, whoever may read; otherwise only a principal whose
+    ``can_approve(session)`` says so (a failing check is a refusal)."""
+    if principal is True:
+        return True
+    check = getattr(principal, "can_approve", None)
+    if check is None:
+        return False
+    try:
+        return bool(await _maybe_await(check(session)))
+    except Exception:
+        logger.exception("can_approve(%r) failed; refusing", session)
+        return False
+
+
+def decider_id(principal: Principal | bool) -> str | None:
+    """The ``by`` of a principal's decisions: ``"anonymous"`` without an ``authorize``
+    hook, else the principal's ``id`` attribute (never a value from the request)."""
+    if principal is True:
+        return "anonymous"
+    pid = getattr(principal, "id", None)
+    if isinstance(pid, (str, int)) and not isinstance(pid, bool):
+        text = str(pid)
+        return text if text and is_utf8(text) else None
+    return None
+
+
+#: The fields a decision may carry (besides a transport's own: WebSocket's op, session).
+DECISION_FIELDS = frozenset({"approval_id", "approved", "reason", "args"})
+
+
+@attrs.frozen
+class Decided:
+    """The outcome of a decision sent by a client: an HTTP status, a short error code
+    (``""`` on success; the WebSocket error codes) and the JSON body to answer with."""
+
+    status: int
+    code: str
+    body: dict[str, Any]
+
+
+def _refusal(status: int, code: str, message: str, **extra: Any) -> Decided:
+    return Decided(status, code, {"error": message, "code": code, **extra})
+
+
+def _resolution(session: str, event: Any) -> dict[str, Any]:
+    body = {
+        "session": session,
+        "approval_id": event.approval_id,
+        "approved": event.approved,
+        "by": event.by,
+    }
+    if event.reason is not None:
+        body["reason"] = event.reason
+    return body
+
+
+async def decide(
+    bus: Bus, principal: Principal | bool, session: str, body: object, *, extra: Iterable[str] = ()
+) -> Decided:
+    """Apply a client's decision ``body`` (a parsed JSON object) on ``session``: the
+    checks both transports make, then ``bus.resolve_approval``, each outcome mapped to
+    a status and an error code. Never raises for anything a client can send."""
+    if not isinstance(body, dict):
+        return _refusal(400, "invalid", "the decision is a JSON object")
+    unknown = sorted(k for k in body if k not in DECISION_FIELDS and k not in extra)
+    if unknown:
+        return _refusal(400, "invalid", f"unknown fields: {', '.join(map(str, unknown))[:200]}")
+    approval_id = body.get("approval_id")
+    if not isinstance(approval_id, str) or not approval_id or not is_utf8(approval_id):
+        return _refusal(400, "invalid", "approval_id must be a non-empty string")
+    if len(approval_id) > 200:
+        return _refusal(404, "not_found", "no such approval in this session")
+    if "approved" not in body:
+        return _refusal(400, "invalid", "missing field 'approved' (true or false)")
+    reason = body.get("reason")
+    if isinstance(reason, str) and not is_utf8(reason):
+        return _refusal(400, "invalid", "reason must be valid text")
+    if not await may_approve(principal, session):
+        return _refusal(403, "forbidden", f"not allowed to decide in session {session!r}")
+    try:
+        event = await bus.resolve_approval(
+            session,
+            approval_id,
+            approved=body["approved"],
+            by=decider_id(principal),
+            reason=reason,
+            args=body.get("args"),
+        )
+    except ApprovalInvalid as exc:
+        return _refusal(413 if exc.too_large else 400, "invalid", str(exc))
+    except ApprovalNotFound:
+        return _refusal(404, "not_found", "no such approval in this session")
+    except ApprovalAlreadyResolved as exc:
+        won = _resolution(session, exc.resolution)
+        return _refusal(409, "already_resolved", "the approval was already decided", resolution=won)
+    except ApprovalExpired as exc:
+        won = _resolution(session, exc.resolution)
+        return _refusal(410, "expired", "the approval expired", resolution=won)
+    except (BusUnavailable, BusClosed) as exc:
+        return _refusal(503, "unavailable", f"the event bus is unavailable: {exc}")
+    return Decided(200, "", _resolution(session, event))
 
 
 class Dialects:

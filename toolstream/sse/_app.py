@@ -16,6 +16,7 @@ from toolstream import (
     BusUnavailable,
     DialectError,
     Event,
+    RequestInfo,
     SlowConsumer,
     Subscription,
 )
@@ -110,6 +111,14 @@ class SSEApp:
     ``authorize(RequestInfo)`` returns a principal (or None: 401) whose
     ``can_read(session)`` decides (False: 403).
 
+    ``POST ?session=s1`` with ``Content-Type: application/json`` and a body
+    ``{"approval_id", "approved", "reason"?, "args"?}`` decides an approval: 200 and
+    the resolution, or 400 / 401 / 403 / 404 / 409 (already decided; the winner in
+    ``resolution``) / 410 (expired) / 413 / 415 with ``{"error", "code"}``. Who may
+    decide: the principal's ``can_approve(session)`` (anyone who can read, without
+    ``authorize``); ``by`` is the principal's ``id``. With ``allowed_origins``, a
+    request whose ``Origin`` is not in it is refused (403).
+
     Mount it in any ASGI framework, or serve it bare (``uvicorn module:app``).
     """
 
@@ -124,6 +133,8 @@ class SSEApp:
         session_from: Callable[[serving.Scope], str | None] | None = None,
         dialects: Iterable[DialectSpec] | None = None,
         buffer: int = 1024,
+        allowed_origins: Iterable[str] | None = None,
+        max_decision_bytes: int = 64 * 1024,
     ) -> None:
         if not heartbeat > 0:
             raise ValueError(f"heartbeat must be positive seconds, got {heartbeat!r}")
@@ -135,6 +146,10 @@ class SSEApp:
         self.retry_ms = retry_ms
         self.session_from = session_from
         self.buffer = buffer
+        #: Origins allowed to open a stream or post a decision (None: any).
+        self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
+        #: The largest decision body accepted (413 past it).
+        self.max_decision_bytes = max_decision_bytes
         self._dialects = serving.Dialects(dialect, dialects)
         # Encodings of stateless dialects, shared by every client of this app: an event
         # sent to 100 clients is serialized once.
@@ -164,16 +179,25 @@ class SSEApp:
             return
         if kind != "http":
             raise ValueError(f"SSEApp serves HTTP, not {kind!r}")
-        if scope["method"] not in ("GET", "HEAD"):
-            await _respond(send, 405, "only GET is allowed", [(b"allow", b"GET")])
+        method = scope["method"]
+        if method not in ("GET", "HEAD", "POST"):
+            await _respond(send, 405, "only GET and POST are allowed", [(b"allow", b"GET, POST")])
             return
         request = serving.request_info(scope)
+        if self.allowed_origins is not None:
+            origin = request.headers.get("origin")
+            if origin is not None and origin not in self.allowed_origins:
+                await _respond(send, 403, "forbidden origin")
+                return
         session = self.session_from(scope) if self.session_from else request.query.get("session")
         if not session:
             await _respond(send, 400, "missing session: add ?session=<id>")
             return
         if not serving.valid_session(session):
             await _respond(send, 400, "the session must be a string of valid text")
+            return
+        if method == "POST":
+            await self._decide(request, session, receive, send)
             return
         chosen = self._dialects.get(request.query.get("dialect"))
         if chosen is None:
@@ -224,6 +248,38 @@ class SSEApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         await self._serve(pump, receive, send)
+
+    async def _decide(
+        self,
+        request: RequestInfo,
+        session: str,
+        receive: serving.Receive,
+        send: serving.Send,
+    ) -> None:
+        """``POST``: a decision on one of the session's approvals."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            await _respond(send, 415, "a decision is sent as application/json", code="invalid")
+            return
+        body = await _read_body(receive, self.max_decision_bytes)
+        if body is None:
+            limit = self.max_decision_bytes
+            await _respond(send, 413, f"the body is over {limit} bytes", code="invalid")
+            return
+        principal = await serving.authenticate(self.authorize, request)
+        if principal is None:
+            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
+            return
+        if not await serving.may_read(principal, session):
+            await _respond(send, 403, f"not allowed to read session {session!r}", code="forbidden")
+            return
+        try:
+            decision = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            await _respond(send, 400, "the body is not JSON", code="invalid")
+            return
+        outcome = await serving.decide(self.bus, principal, session, decision)
+        await _send_json(send, outcome.status, outcome.body)
 
     async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
         disconnected = False
@@ -276,10 +332,44 @@ class SSEApp:
             logger.exception("a dialect could not encode an event; ending the stream")
 
 
+async def _read_body(receive: serving.Receive, limit: int) -> bytes | None:
+    """The request body, or None when it is over ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
 async def _respond(
-    send: serving.Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    send: serving.Send,
+    status: int,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    code: str | None = None,
 ) -> None:
-    body = json.dumps({"error": message}).encode()
+    body: dict[str, Any] = {"error": message}
+    if code is not None:
+        body["code"] = code
+    await _send_json(send, status, body, headers)
+
+
+async def _send_json(
+    send: serving.Send,
+    status: int,
+    payload: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
     await send(
         {
             "type": "http.response.start",

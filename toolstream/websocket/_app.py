@@ -99,7 +99,10 @@ class WebSocketApp:
     """An ASGI 3 WebSocket app: clients subscribe to sessions and receive their events.
 
     Client → server (JSON objects): ``{"op": "subscribe", "session", "after"?, "run"?,
-    "types"?, "dialect"?}``, ``{"op": "unsubscribe", "session"}``, ``{"op": "ping"}``
+    "types"?, "dialect"?}``, ``{"op": "unsubscribe", "session"}``, ``{"op": "approve",
+    "session", "approval_id", "approved", "reason"?, "args"?}`` (answered ``approved``,
+    or an ``error``: ``not_found``, ``already_resolved``, ``expired``, ``forbidden``,
+    ``invalid``), ``{"op": "ping"}``
     (and ``{"op": "pong"}`` in answer to the server's pings).
 
     Server → client: ``subscribed`` (once the subscription is active), ``event``
@@ -326,6 +329,8 @@ class _Connection:
             pass
         elif op == "subscribe":
             await self.subscribe(message)
+        elif op == "approve":
+            await self.approve(message)
         elif op == "unsubscribe":
             session = _field(message, "session", str, required=True)
             scope = self.subs.pop(session, None)
@@ -334,7 +339,23 @@ class _Connection:
             scope.cancel()
             await self.send({"op": "unsubscribed", "session": session})
         else:
-            raise _ClientError("unknown_op", "unknown op: subscribe, unsubscribe or ping")
+            raise _ClientError("unknown_op", "unknown op: subscribe, unsubscribe, approve or ping")
+
+    async def approve(self, message: dict[str, Any]) -> None:
+        """``approve``: a decision on one of a session's approvals."""
+        session = _field(message, "session", str, required=True)
+        if not await serving.may_read(self.principal, session):
+            raise _ClientError("forbidden", f"not allowed to read session {session!r}")
+        outcome = await serving.decide(
+            self.app.bus, self.principal, session, message, extra=("op", "session")
+        )
+        if outcome.code:
+            body = dict(outcome.body)
+            text = str(body.pop("error"))
+            body.pop("code", None)
+            await self.error(outcome.code, text, session=session, **body)
+            return
+        await self.send({"op": "approved", **outcome.body})
 
     async def subscribe(self, message: dict[str, Any]) -> None:
         session = _field(message, "session", str, required=True)
