@@ -44,6 +44,9 @@ class CallMemory:
     input_done: bool = False  # the input is complete on the client's side
     input_streamed: bool = False  # some input text was sent as deltas
     output_text: str = ""  # text output accumulated (AI SDK preliminary output)
+    approval: str | None = None  # the id of the approval the client was asked, undecided
+    approval_reason: str | None = None
+    approval_expires: float | None = None
 
 
 class RunFraming:
@@ -109,6 +112,17 @@ class RunFraming:
         """The calls of the open run the client knows and that did not end."""
         return list(self.calls.values())
 
+    def closing_calls(self, event: RunFinished | None) -> list[CallMemory]:
+        """The calls a run's end closes on the wire: all of them, except, when the run
+        was ``interrupted``, those waiting for a decision (they stay open across it)."""
+        if event is not None and event.outcome == "interrupted":
+            return [c for c in self.calls.values() if c.approval is None]
+        return list(self.calls.values())
+
+    def awaiting(self) -> list[CallMemory]:
+        """The calls whose approval the client was asked and that are undecided."""
+        return [c for c in self.calls.values() if c.approval is not None]
+
     def implicit_may_close(self) -> bool:
         """An implicit run with no open call left closes."""
         return self.run is not None and self.implicit and not self.calls
@@ -146,7 +160,12 @@ def _oldest_first(calls: list[CallSnapshot]) -> list[CallSnapshot]:
 
 def input_done(call: CallSnapshot) -> bool:
     """Whether a client that saw this call up to now has its complete input."""
-    return call.state in (CallState.READY, CallState.QUEUED, CallState.RUNNING)
+    return call.state in (
+        CallState.READY,
+        CallState.AWAITING_APPROVAL,
+        CallState.QUEUED,
+        CallState.RUNNING,
+    )
 
 
 def error_text(error: ErrorInfo | None, default: str = "failed") -> str:

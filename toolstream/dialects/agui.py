@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from toolstream import (
+    ApprovalRequested,
+    ApprovalResolved,
     BatchPhase,
     CallSnapshot,
     CallState,
+    Decision,
     Event,
     JSONValue,
     RunFinished,
+    Snapshot,
+    StreamReset,
     ToolArgsDelta,
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -29,7 +36,7 @@ from toolstream import (
 from ._base import WireMessage, drop_none
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
-__all__ = ["AGUI"]
+__all__ = ["AGUI", "decisions"]
 
 
 def _json(value: JSONValue) -> str:
@@ -46,6 +53,14 @@ class AGUI(RunFramedDialect):
     batch phases are ``CUSTOM`` events too (names under ``custom_prefix``). A call first
     seen already running gets START, ARGS and END at once; a START is never sent twice
     for an id. Messages carry no SSE ``event:`` name (AG-UI clients read ``data:`` only).
+
+    An approval finishes the AG-UI run with the interrupt outcome (``RUN_FINISHED``
+    ``outcome: {type: "interrupt", interrupts: [{id: approval_id, reason: "tool_call",
+    toolCallId, message, expiresAt}]}``); what follows in the same toolstream run (the
+    decision, the call going on) opens a new AG-UI run on the same thread
+    (``<run id>.<n>``). The decision and a denial are ``CUSTOM`` events
+    (``toolstream.tool.approval.resolved``, ``toolstream.tool.denied``), a denied call's
+    result says so.
     """
 
     name = "agui"
@@ -54,6 +69,12 @@ class AGUI(RunFramedDialect):
     def __init__(self, *, custom_prefix: str = "toolstream") -> None:
         super().__init__()
         self.custom_prefix = custom_prefix
+        # The id of the AG-UI run open on the wire (the toolstream run's, or a
+        # continuation's after an interrupt), and whether the toolstream run is
+        # suspended on the wire (finished with the interrupt outcome, still open here).
+        self._wire_run: str | None = None
+        self._suspended = False
+        self._continuations = 0
 
     # -- message builders -----------------------------------------------------------
 
@@ -71,12 +92,83 @@ class AGUI(RunFramedDialect):
         frame = self._frame
         frame.run = run_id
         frame.implicit = implicit
+        self._wire_run = run_id
+        self._suspended = False
+        self._continuations = 0
         return [self._run_started(run_id)]
+
+    def encode(self, event: Event) -> list[WireMessage]:
+        """As the run framing does; around an interrupt, the AG-UI run is finished and a
+        continuation opened when the toolstream run goes on."""
+        frame = self._frame
+        if not self._suspended or frame.run is None:
+            return super().encode(event)
+        if isinstance(event, RunFinished) and event.run_id == frame.run:
+            # Already finished on the wire (the interrupt); nothing more to say.
+            frame.run = None
+            frame.implicit = False
+            frame.nested.clear()
+            self._suspended = False
+            self._wire_run = None
+            return []
+        if isinstance(event, StreamReset):
+            self._suspended = False  # the reset decides what is open
+            self._wire_run = None
+            frame.run = None
+            return super().encode(event)
+        if event.call_id and frame.finished(event.call_id):
+            return []
+        # The run goes on after the interrupt: a continuation run on the same thread.
+        self._continuations += 1
+        self._wire_run = f"{frame.run}.{self._continuations}"
+        self._suspended = False
+        return [self._run_started(self._wire_run), *super().encode(event)]
+
+    def _interrupt(self) -> list[WireMessage]:
+        """Finish the AG-UI run with the interrupt outcome (the calls awaiting a decision
+        stay open here; the toolstream run goes on)."""
+        frame = self._frame
+        waiting = frame.awaiting()
+        if frame.run is None or not waiting or self._suspended:
+            return []
+        out: list[WireMessage] = []
+        for call in frame.open_calls():
+            out += self._close_input(call)
+        interrupts = [
+            drop_none(
+                {
+                    "id": call.approval,
+                    "reason": "tool_call",
+                    "toolCallId": call.call_id,
+                    "message": call.approval_reason or f"{call.tool} needs approval",
+                    "expiresAt": _iso(call.approval_expires),
+                }
+            )
+            for call in waiting
+        ]
+        out.append(
+            self._msg(
+                "RUN_FINISHED",
+                threadId=frame.thread,
+                runId=self._wire_run or frame.run,
+                outcome={"type": "interrupt", "interrupts": interrupts},
+            )
+        )
+        self._suspended = True
+        return out
 
     def _close_run(self, event: RunFinished | None = None) -> list[WireMessage]:
         frame = self._frame
         if frame.run is None:
             return []
+        if event is not None and event.outcome == "interrupted" and frame.awaiting():
+            interrupt = self._interrupt()
+            frame.run = None
+            frame.implicit = False
+            frame.nested.clear()
+            self._suspended = False
+            self._wire_run = None
+            return interrupt
         out: list[WireMessage] = []
         for call in frame.open_calls():
             # The run cannot end with a call open, but the call itself may still end
@@ -92,7 +184,10 @@ class AGUI(RunFramedDialect):
                 )
             )
         else:
-            out.append(self._msg("RUN_FINISHED", threadId=frame.thread, runId=frame.run))
+            out.append(
+                self._msg("RUN_FINISHED", threadId=frame.thread, runId=self._wire_run or frame.run)
+            )
+        self._wire_run = None
         frame.run = None
         frame.implicit = False
         frame.nested.clear()
@@ -247,6 +342,62 @@ class AGUI(RunFramedDialect):
                 )
             )
             frame.finish(call.call_id)
+        elif isinstance(event, ApprovalRequested):
+            out += self._close_input(call, event.args if event.args is not None else {})
+            call.approval = event.approval_id
+            call.approval_reason = event.reason or event.summary
+            call.approval_expires = event.expires_at
+            out.append(
+                self._custom(
+                    "tool.approval.requested",
+                    {
+                        "toolCallId": call.call_id,
+                        "approvalId": event.approval_id,
+                        "reason": event.reason,
+                        "expiresAt": _iso(event.expires_at),
+                    },
+                )
+            )
+            out += self._interrupt()
+        elif isinstance(event, ApprovalResolved):
+            if call.approval == event.approval_id:
+                call.approval = None
+            out.append(
+                self._custom(
+                    "tool.approval.resolved",
+                    {
+                        "toolCallId": call.call_id,
+                        "approvalId": event.approval_id,
+                        "approved": event.approved,
+                        "by": event.by,
+                        "reason": event.reason,
+                    },
+                )
+            )
+        elif isinstance(event, ToolDenied):
+            out += self._close_input(call, {})
+            reason = event.reason or ("not approved in time" if event.by == "timeout" else "")
+            out.append(self._result(call.call_id, f"Denied: {reason}" if reason else "Denied"))
+            out.append(
+                self._custom(
+                    "tool.denied",
+                    {
+                        "toolCallId": call.call_id,
+                        "by": event.by,
+                        "reason": event.reason,
+                        "summary": event.summary,
+                    },
+                )
+            )
+            frame.finish(call.call_id)
+        return out
+
+    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
+        """As the run framing does, then the interrupt when a reopened call awaits a
+        decision (a client connecting mid-wait can answer it)."""
+        out = super()._reset(snapshot)
+        if not self._suspended:
+            out += self._interrupt()
         return out
 
     def _reopen(self, call: CallMemory, snap: CallSnapshot) -> list[WireMessage]:
@@ -255,6 +406,11 @@ class AGUI(RunFramedDialect):
             out += self._args(call, snap.args_text)
         elif input_done(snap):
             out += self._close_input(call, snap.args if snap.args is not None else {})
+        pending = snap.approval
+        if pending is not None:
+            call.approval = pending.approval_id
+            call.approval_reason = pending.reason or snap.summary
+            call.approval_expires = pending.expires_at
         return out
 
     def close(self) -> list[WireMessage]:
@@ -263,3 +419,56 @@ class AGUI(RunFramedDialect):
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")
         return out + self._close_run()
+
+
+def _iso(ts: float | None) -> str | None:
+    """An epoch time as ISO 8601 (UTC), as AG-UI types ``expiresAt``."""
+    if ts is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def decisions(run_input: object) -> list[Decision]:
+    """The approval decisions in an AG-UI ``RunAgentInput`` (a dict, or the
+    ``ag-ui-protocol`` model): its ``resume`` entries answer the interrupts a run
+    finished with. ``{"interruptId", "status": "resolved", "payload"}`` approves unless
+    the payload says ``false`` or ``{"approved": false}`` (a payload object may carry a
+    ``reason`` and edited ``args``); ``status: "cancelled"`` denies. Malformed entries
+    are skipped; ``by`` is left for the host to set from its own principal.
+    """
+    data: Any = run_input
+    dump = getattr(run_input, "model_dump", None)
+    if callable(dump):
+        data = dump(by_alias=True)
+    entries = data.get("resume") if isinstance(data, dict) else None
+    out: list[Decision] = []
+    seen: set[str] = set()
+    if not isinstance(entries, list):
+        return out
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        interrupt_id = entry.get("interruptId", entry.get("interrupt_id"))
+        status = entry.get("status")
+        if not isinstance(interrupt_id, str) or not interrupt_id or interrupt_id in seen:
+            continue
+        if status not in ("resolved", "cancelled"):
+            continue
+        payload = entry.get("payload")
+        approved = status == "resolved"
+        reason: str | None = None
+        args: dict[str, Any] | None = None
+        if isinstance(payload, bool):
+            approved = approved and payload
+        elif isinstance(payload, dict):
+            flag = payload.get("approved")
+            if isinstance(flag, bool):
+                approved = approved and flag
+            text = payload.get("reason")
+            reason = text if isinstance(text, str) else None
+            edited = payload.get("args")
+            args = edited if isinstance(edited, dict) and approved else None
+        seen.add(interrupt_id)
+        out.append(Decision(approval_id=interrupt_id, approved=approved, reason=reason, args=args))
+    return out

@@ -6,9 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolstream import (
+    ApprovalRequested,
+    ApprovalResolved,
     BatchPhase,
     CallSnapshot,
     CallState,
+    Decision,
     Event,
     JSONValue,
     RunFinished,
@@ -16,6 +19,7 @@ from toolstream import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -28,7 +32,7 @@ from toolstream import (
 from ._base import WireMessage, drop_none
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
-__all__ = ["AISDK"]
+__all__ = ["AISDK", "decisions"]
 
 
 class AISDK(RunFramedDialect):
@@ -41,6 +45,9 @@ class AISDK(RunFramedDialect):
     ``data-tool-progress`` part (delivered to ``onData``, never stored in the message).
     A cancelled call ends with ``tool-output-error`` saying so. A failed run adds an
     ``error`` chunk, a cancelled one ``abort``. ``close()`` ends with ``[DONE]``.
+    An approval is ``tool-approval-request`` (the part goes ``approval-requested``),
+    its decision ``tool-approval-response``, a denied call ``tool-output-denied``; a run
+    finished ``interrupted`` leaves its calls awaiting a decision as they are.
     A delta or output is never sent for a call whose start was not sent.
     """
 
@@ -72,7 +79,7 @@ class AISDK(RunFramedDialect):
         if frame.run is None:
             return []
         out: list[WireMessage] = []
-        for call in frame.open_calls():
+        for call in frame.closing_calls(event):
             out += self._end_call(call, "Cancelled: the run ended before the call")
         if event is not None and event.outcome == "failed":
             out.append(self._msg("error", errorText=error_text(event.error, "run failed")))
@@ -236,7 +243,38 @@ class AISDK(RunFramedDialect):
             out += self._open_call(call)
             out.append(self._error(call, f"Cancelled: {event.reason or 'cancelled'}"))
             frame.finish(call.call_id)
+        elif isinstance(event, ApprovalRequested):
+            out += self._available(call, event.args)
+            out += self._approval_request(call, event.approval_id, event.reason)
+        elif isinstance(event, ApprovalResolved):
+            if call.approval == event.approval_id:
+                call.approval = None
+                out.append(
+                    self._msg(
+                        "tool-approval-response",
+                        approvalId=event.approval_id,
+                        approved=event.approved,
+                        reason=event.reason,
+                    )
+                )
+        elif isinstance(event, ToolDenied):
+            out += self._available(call, None)
+            out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
+            frame.finish(call.call_id)
         return out
+
+    def _approval_request(
+        self, call: CallMemory, approval_id: str, reason: str | None
+    ) -> list[WireMessage]:
+        call.approval = approval_id
+        return [
+            self._msg(
+                "tool-approval-request",
+                approvalId=approval_id,
+                toolCallId=call.call_id,
+                reason=reason,
+            )
+        ]
 
     def _reopen(self, call: CallMemory, snap: CallSnapshot) -> list[WireMessage]:
         out = self._open_call(call, snap.title)
@@ -255,6 +293,9 @@ class AISDK(RunFramedDialect):
                 out.append(self._output(call, call.output_text, preliminary=True))
             elif snap.output is not None:
                 out.append(self._output(call, snap.output, preliminary=True))
+            pending = snap.approval
+            if pending is not None and call.approval != pending.approval_id:
+                out += self._approval_request(call, pending.approval_id, pending.reason)
         return out
 
     def close(self) -> list[WireMessage]:
@@ -265,3 +306,44 @@ class AISDK(RunFramedDialect):
         out += self._close_run()
         out.append(WireMessage(raw="[DONE]"))
         return out
+
+
+def decisions(messages: object) -> list[Decision]:
+    """The approval decisions in AI SDK UI messages: what ``useChat``'s
+    ``addToolApprovalResponse`` puts in the next chat request (tool parts in state
+    ``approval-responded``, with ``approval: {id, approved, reason?}``).
+
+    Takes the request's ``messages`` (a list of UI message dicts); anything that is not
+    a well-formed approval response is skipped. Each :class:`~toolstream.Decision`
+    carries the ``approval_id`` for ``bus.resolve_approval``; ``by`` is left for the
+    host to set from its own principal (never from the request).
+    """
+    out: list[Decision] = []
+    seen: set[str] = set()
+    if not isinstance(messages, list):
+        return out
+    for message in messages:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        if not isinstance(parts, list):
+            continue
+        for part in parts:
+            if not isinstance(part, dict) or part.get("state") != "approval-responded":
+                continue
+            approval = part.get("approval")
+            if not isinstance(approval, dict):
+                continue
+            approval_id, approved = approval.get("id"), approval.get("approved")
+            reason = approval.get("reason")
+            if not isinstance(approval_id, str) or not approval_id or approval_id in seen:
+                continue
+            if not isinstance(approved, bool):
+                continue
+            seen.add(approval_id)
+            out.append(
+                Decision(
+                    approval_id=approval_id,
+                    approved=approved,
+                    reason=reason if isinstance(reason, str) else None,
+                )
+            )
+    return out

@@ -6,12 +6,15 @@ import json
 from collections.abc import Mapping
 
 from toolstream import (
+    ApprovalRequested,
+    ApprovalResolved,
     CallState,
     Event,
     Snapshot,
     StreamReset,
     ToolCancelled,
     ToolCompleted,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -35,6 +38,14 @@ class Hermes(BaseDialect):
     inside ``delta.content`` (progress text there teaches the model to imitate it).
     ``running`` goes out when the call starts running; hidden tools never appear
     (the tracker does not publish them).
+
+    Approvals ride the same channel as hermes-agent's own approval prompts, a typed
+    payload: ``{type: "hermes.approval", toolCallId, tool, approvalId, command,
+    description, label, expiresAt?}`` when a person must decide (``command``: what
+    would run; ``description``: why it was flagged), ``{type:
+    "hermes.approval.resolved", toolCallId, approvalId, approved, by}`` once decided. A
+    denied call ends with ``status: "cancelled"``, ``denied: true`` (statuses hermes
+    clients know).
     """
 
     name = "hermes"
@@ -87,6 +98,40 @@ class Hermes(BaseDialect):
         if isinstance(event, ToolReady):
             self._inputs[call_id] = event.args
             return []
+        if isinstance(event, ApprovalRequested):
+            return [
+                self._approval(
+                    call_id,
+                    event.tool,
+                    event.approval_id,
+                    event.args,
+                    event.reason,
+                    event.summary,
+                    event.expires_at,
+                )
+            ]
+        if isinstance(event, ApprovalResolved):
+            payload = drop_none(
+                {
+                    "type": "hermes.approval.resolved",
+                    "toolCallId": call_id,
+                    "tool": event.tool,
+                    "approvalId": event.approval_id,
+                    "approved": event.approved,
+                    "by": event.by,
+                    "reason": event.reason,
+                }
+            )
+            return [WireMessage(event=EVENT, payload=payload)]
+        if isinstance(event, ToolDenied):
+            self._running.pop(call_id, None)
+            self._done.add(call_id)
+            self._inputs.pop(call_id, None)
+            label = event.summary or f"{event.tool} denied"
+            output = event.reason or ("not approved in time" if event.by == "timeout" else "denied")
+            return [
+                self._message(call_id, event.tool, "cancelled", label, output=output, denied=True)
+            ]
         if isinstance(event, ToolStarted):
             if event.args is not None:
                 self._inputs[call_id] = event.args
@@ -109,6 +154,31 @@ class Hermes(BaseDialect):
             return out
         return []
 
+    def _approval(
+        self,
+        call_id: str,
+        tool: str,
+        approval_id: str,
+        args: object,
+        reason: str | None,
+        summary: str | None,
+        expires_at: float | None,
+    ) -> WireMessage:
+        command = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        payload = drop_none(
+            {
+                "type": "hermes.approval",
+                "toolCallId": call_id,
+                "tool": tool,
+                "approvalId": approval_id,
+                "command": f"{tool} {command}"[: self.max_output_chars],
+                "description": reason or f"{tool} needs approval",
+                "label": summary or f"{tool} needs approval",
+                "expiresAt": None if expires_at is None else int(expires_at * 1000),
+            }
+        )
+        return WireMessage(event=EVENT, payload=payload)
+
     def _reset(self, event: StreamReset) -> list[WireMessage]:
         out: list[WireMessage] = []
         present = {c.call_id for c in event.snapshot.calls}
@@ -118,6 +188,19 @@ class Hermes(BaseDialect):
                 self._done.add(call_id)
                 out.append(self._message(call_id, tool, "cancelled", f"{tool} lost", output="lost"))
         for call in event.snapshot.calls:
+            pending = call.approval
+            if pending is not None and call.call_id not in self._done:
+                out.append(
+                    self._approval(
+                        call.call_id,
+                        call.tool,
+                        pending.approval_id,
+                        call.args,
+                        pending.reason,
+                        call.summary,
+                        pending.expires_at,
+                    )
+                )
             if call.state is CallState.RUNNING and call.call_id not in self._running:
                 self._running[call.call_id] = call.tool
                 out.append(
