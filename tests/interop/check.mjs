@@ -36,19 +36,24 @@ async function checkAiSdk(messages) {
     runs[runs.length - 1].push(c);
   }
   const out = [];
+  let previous;
   for (const run of runs) {
     // An "error" chunk reaches onError by design (the client shows it): record it.
     const errors = [];
     const stream = new ReadableStream({ start(ctrl) { for (const c of run) ctrl.enqueue(c); ctrl.close(); } });
+    // A message left waiting for an approval is continued by the next response, as
+    // useChat continues the last assistant message after addToolApprovalResponse.
+    const waiting = previous?.parts?.some((p) => p.state === 'approval-requested' || p.state === 'approval-responded');
     let last;
-    for await (const message of readUIMessageStream({ stream, onError: (e) => { errors.push(String(e?.message ?? e)); } })) last = message;
+    for await (const message of readUIMessageStream({ stream, ...(waiting ? { message: previous } : {}), onError: (e) => { errors.push(String(e?.message ?? e)); } })) last = message;
+    previous = last;
     out.push({
       id: last?.id ?? null,
       errors,
       parts: (last?.parts ?? []).filter((p) => p.type !== 'step-start').map((p) => ({
         type: p.type, state: p.state ?? null, toolCallId: p.toolCallId ?? null,
         output: p.output ?? null, errorText: p.errorText ?? null, input: p.input ?? null,
-        preliminary: p.preliminary ?? null,
+        preliminary: p.preliminary ?? null, approval: p.approval ?? null,
       })),
     });
   }

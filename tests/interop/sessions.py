@@ -50,6 +50,8 @@ OPS = (
     "batch_phase",
     "close",
     "join",
+    "ask",
+    "decide",
 )
 Op = tuple[str, int, int]
 
@@ -80,7 +82,7 @@ class Session:
             self.runs.append(t.run().start())
         elif kind == "run_end":
             if self.runs:
-                outcome = ("completed", "failed", "cancelled")[arg % 3]
+                outcome = ("completed", "failed", "cancelled", "interrupted")[arg % 4]
                 self.runs.pop().finish(outcome, error="boom" if outcome == "failed" else None)  # type: ignore[arg-type]
         elif kind == "create":
             run_id = self.runs[-1].run_id if self.runs else None
@@ -100,6 +102,17 @@ class Session:
             self.tracker = ts.Tracker(self.bus, "s1")
             self.slots.clear()
             self.runs.clear()
+        elif kind == "decide":
+            pending = [c.approval for c in self.bus.snapshot("s1").calls if c.approval]
+            if pending:
+                approval = pending[arg % len(pending)]
+                self.bus.resolve_approval_now(
+                    "s1",
+                    approval.approval_id,
+                    approved=arg % 3 != 0,
+                    by="person",
+                    args={"edited": arg} if arg % 3 == 2 else None,
+                )
         elif kind == "join":
             self.joins.append(
                 {name: open_now(self.bus, cursor=None, dialect=name) for name in ("agui", "ai_sdk")}
@@ -128,6 +141,11 @@ class Session:
                 handle.fail(RuntimeError(f"failure {arg}"))
             elif kind == "cancel":
                 handle.cancel(f"reason {arg}")
+            elif kind == "ask":
+                try:
+                    handle.await_approval(f"reason {arg}", timeout=300 if arg % 2 else None)
+                except ts.LifecycleError:
+                    pass  # not where an approval can be asked
 
     def events(self) -> list[ts.Event]:
         return self.bus.subscribe(session="s1", after=f"{self.bus.epoch}-0").take_nowait()

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import attrs
 
 from toolstream import (
+    ApprovalResolved,
     BatchPhase,
     CallSnapshot,
     CallState,
@@ -229,6 +230,13 @@ class RunFramedDialect(BaseDialect):
             # Outside a run it has nothing to ride on (its calls already ended).
             return self._batch_phase(event) if frame.run is not None else []
         if not event.call_id or frame.finished(event.call_id):
+            return []
+        if frame.run is None and isinstance(event, ApprovalResolved):
+            # A decision made between runs (its run finished "interrupted"): the run that
+            # resumes the call carries what follows; no run of its own for the decision.
+            memory = frame.calls.get(event.call_id)
+            if memory is not None and memory.approval == event.approval_id:
+                memory.approval = None
             return []
         out: list[WireMessage] = []
         if frame.run is None:

@@ -416,6 +416,16 @@ class AGUI(RunFramedDialect):
     def close(self) -> list[WireMessage]:
         """End the open calls (END, a result, CUSTOM) and the open run."""
         out: list[WireMessage] = []
+        frame = self._frame
+        if self._suspended and frame.run is not None:
+            self._suspended = False
+            if not frame.open_calls():  # finished on the wire already (the interrupt)
+                frame.run = None
+                self._wire_run = None
+                return out
+            self._continuations += 1
+            self._wire_run = f"{frame.run}.{self._continuations}"
+            out.append(self._run_started(self._wire_run))
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")
         return out + self._close_run()

@@ -59,6 +59,9 @@ class AISDK(RunFramedDialect):
         #: Mark tool parts as dynamic (for clients without static tool definitions).
         self.dynamic = dynamic
         self.max_output_chars = max_output_chars
+        # The message left waiting for a person (a run finished "interrupted").
+        self._waiting: str | None = None
+        self._message_id: str | None = None
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -72,7 +75,14 @@ class AISDK(RunFramedDialect):
     def _open_run(self, run_id: str, implicit: bool) -> list[WireMessage]:
         self._frame.run = run_id
         self._frame.implicit = implicit
-        return [self._msg("start", messageId=run_id), self._msg("start-step")]
+        message_id = run_id
+        if self._waiting is not None and self._frame.calls:
+            # The run that resumes calls left waiting for a person continues their
+            # assistant message (the client keeps the parts of the same message id).
+            message_id = self._waiting
+        self._waiting = None
+        self._message_id = message_id
+        return [self._msg("start", messageId=message_id), self._msg("start-step")]
 
     def _close_run(self, event: RunFinished | None = None) -> list[WireMessage]:
         frame = self._frame
@@ -86,6 +96,8 @@ class AISDK(RunFramedDialect):
         elif event is not None and event.outcome == "cancelled":
             out.append(self._msg("abort"))
         out += [self._msg("finish-step"), self._msg("finish")]
+        if frame.calls:  # interrupted with calls waiting: the next run continues them
+            self._waiting = self._message_id
         frame.run = None
         frame.implicit = False
         frame.nested.clear()
