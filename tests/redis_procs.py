@@ -2,6 +2,7 @@
 
 python -m tests.redis_procs worker URL PREFIX SESSION CALLS RATE
 python -m tests.redis_procs gateway URL PREFIX PORT
+python -m tests.redis_procs approvals URL PREFIX SESSION CALLS
 """
 
 from __future__ import annotations
@@ -35,6 +36,23 @@ async def worker(url: str, prefix: str, session: str, calls: int, rate: float) -
             await asyncio.sleep(3600)
 
 
+async def approvals(url: str, prefix: str, session: str, calls: int) -> None:
+    """Run ``calls`` calls that each wait for a person's decision (made in another
+    process); an approved call runs with the args the person gave."""
+    async with RedisBus(url, prefix=prefix, lease=1.0) as bus:
+        tracker = ts.Tracker(bus, session=session)
+        async with tracker.run(run_id="r1"):
+            for i in range(calls):
+                try:
+                    async with tracker.call(
+                        "send_email", {"to": "bob"}, approval="Sends mail", call_id=f"a{i}"
+                    ) as call:
+                        call.complete({"sent_to": call.args["to"]})
+                except ts.ApprovalDenied:
+                    pass
+        await bus.flush()
+
+
 def gateway(url: str, prefix: str, port: int) -> None:
     """Serve SSE from the shared Redis on 127.0.0.1:port."""
     bus = RedisBus(url, prefix=prefix, lease=1.0)
@@ -46,6 +64,8 @@ if __name__ == "__main__":
     role, *args = sys.argv[1:]
     if role == "worker":
         asyncio.run(worker(args[0], args[1], args[2], int(args[3]), float(args[4])))
+    elif role == "approvals":
+        asyncio.run(approvals(args[0], args[1], args[2], int(args[3])))
     elif role == "gateway":
         gateway(args[0], args[1], int(args[2]))
     else:

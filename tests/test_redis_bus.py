@@ -15,7 +15,7 @@ import toolstream as ts
 from tests.redis_server import RedisServer, require_redis
 from tests.servers import eventually
 from toolstream.redis import RedisBus
-from toolstream.testing import BusFactory, bus_conformance_checks
+from toolstream.testing import BusFactory, assert_lifecycle, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -484,3 +484,58 @@ async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
         await sub.aclose()
     finally:
         await bus.aclose()
+
+
+async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisServer) -> None:
+    """Two gateway processes' buses decide the same approval at once, 50 times over:
+    exactly one decision wins each time (the script is the arbiter)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    async with (
+        make_bus(redis_server, prefix=prefix) as agent_bus,
+        make_bus(redis_server, prefix=prefix) as one,
+        make_bus(redis_server, prefix=prefix) as two,
+    ):
+        session = "approvals"
+        tracker = ts.Tracker(agent_bus, session)
+        for round_ in range(50):
+            approval_id = tracker.create("send", call_id=f"c{round_}").await_approval()
+            await agent_bus.flush()
+            results: list[object] = []
+
+            async def decide(
+                bus: RedisBus,
+                who: str,
+                approval_id: str = approval_id,
+                results: list[object] = results,
+            ) -> None:
+                try:
+                    results.append(
+                        await bus.resolve_approval(
+                            session, approval_id, approved=who == "one", by=who
+                        )
+                    )
+                except ts.ApprovalAlreadyResolved as exc:
+                    results.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(decide, one, "one")
+                    tg.start_soon(decide, two, "two")
+            winners = [r for r in results if isinstance(r, ts.ApprovalResolved)]
+            assert len(winners) == 1, results
+            assert all(
+                r.resolution == winners[0]
+                for r in results
+                if isinstance(r, ts.ApprovalAlreadyResolved)
+            )
+        tracker.close()  # approved calls end cancelled here; denied ones ended on the bus
+        await agent_bus.flush()
+        # created, ready, requested, resolved, then denied or cancelled: 5 per call, and
+        # nothing more (a second terminal, a second resolution)
+        async with one.subscribe(session=session, after=f"{one.epoch}-0") as sub:
+            events = await take(sub, 250)
+            with anyio.move_on_after(0.5):
+                extra = await take(sub, 1)
+                raise AssertionError(f"more events than expected: {extra}")
+        assert_lifecycle(events, compare=one.compare)
+        assert agent_bus.stats.fenced > 0, "the cancellations of denied calls were dropped"

@@ -174,3 +174,52 @@ async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> N
                 proc.kill()
                 proc.wait(10)
         await eventually(lambda: True)
+
+
+async def test_an_agent_waits_in_one_process_a_person_decides_through_another(
+    own_redis: RedisServer,
+) -> None:
+    """The agent waits in a worker; the decision is POSTed to a gateway process; the
+    tool runs (with the edited args) or ends denied, once, seen by an SSE client."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    gateway = Gateway(own_redis.url, prefix)
+    worker: subprocess.Popen[str] | None = None
+    try:
+        await gateway.ready()
+        worker = spawn("approvals", own_redis.url, prefix, SESSION, "4")
+        client = Client()
+        decided: list[str] = []
+
+        async def decide(event: dict[str, Any]) -> None:
+            if event["type"] != "tool.approval.requested":
+                return
+            n = len(decided)
+            body: dict[str, Any] = {"approval_id": event["approval_id"], "approved": n % 2 == 0}
+            if n % 2 == 0:
+                body["args"] = {"to": f"carol{n}"}
+            async with httpx.AsyncClient() as http:
+                response = await http.post(gateway.url, json=body)
+            assert response.status_code == 200, response.text
+            decided.append(event["call_id"])
+            # a second gateway process deciding the same approval loses
+            async with httpx.AsyncClient() as http:
+                again = await http.post(gateway.url, json={**body, "approved": True})
+            assert again.status_code == 409
+
+        await client.read(gateway.url, until=lambda e: e["type"] == "run.finished", action=decide)
+        assert worker.wait(30) == 0
+        seen = [e for e in client.events if e["type"] != "stream.reset"]
+        ends = {e["call_id"]: e for e in seen if e["type"] in ("tool.completed", "tool.denied")}
+        assert decided == ["a0", "a1", "a2", "a3"]
+        assert ends["a0"]["type"] == "tool.completed"
+        assert ends["a0"]["result"] == {"sent_to": "carol0"}, "the edited args ran"
+        assert ends["a1"]["type"] == "tool.denied" and ends["a1"]["by"] == "anonymous"
+        for call_id in decided:
+            kinds = [e["type"] for e in seen if e["call_id"] == call_id]
+            assert kinds.count("tool.approval.resolved") == 1, kinds
+            assert sum(k in ("tool.completed", "tool.denied", "tool.cancelled") for k in kinds) == 1
+    finally:
+        for proc in (worker, gateway.proc):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

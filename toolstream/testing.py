@@ -27,8 +27,14 @@ from typing import Any, TypeVar
 import anyio
 import anyio.lowlevel
 
+from ._core.approvals import Decision
 from ._core.bus import Bus
-from ._core.errors import SlowConsumer
+from ._core.errors import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalNotFound,
+    SlowConsumer,
+)
 from ._core.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -694,6 +700,195 @@ async def check_run_resumed_after_its_end(factory: BusFactory) -> None:
         await bus.aclose()
 
 
+async def _requested(bus: Bus, session: str, approval_id: str) -> None:
+    """Wait until the bus knows the approval (a broker-backed bus writes it first)."""
+    with anyio.fail_after(_DEADLINE):
+        while True:
+            try:
+                await bus.decision(session, approval_id)
+                return
+            except ApprovalNotFound:
+                await anyio.sleep(0.005)
+
+
+async def _events_of(bus: Bus, session: str, call_id: str, count: int) -> list[Event]:
+    async with bus.subscribe(session=session, after=_first_id(bus)) as sub:
+        out: list[Event] = []
+        with anyio.fail_after(_DEADLINE):
+            async for event in sub:
+                if event.call_id == call_id:
+                    out.append(event)
+                    if len(out) >= count:
+                        return out
+    return out
+
+
+def _first_id(bus: Bus) -> str:
+    epoch = getattr(bus, "epoch", "")
+    return f"{epoch}-0"
+
+
+async def _refused(bus: Bus, session: str, approval_id: str) -> ApprovalResolved:
+    """A late decision's refusal: the resolution that won."""
+    try:
+        await bus.resolve_approval(session, approval_id, approved=True, by="late")
+    except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+        resolution: ApprovalResolved = exc.resolution
+        return resolution
+    raise AssertionError(f"a late decision on {approval_id!r} won")
+
+
+async def check_approval_one_decision_wins(factory: BusFactory) -> None:
+    """Of many concurrent decisions exactly one wins; the others get the winner; an
+    unknown id and another session's id get the same ``ApprovalNotFound``; the tool
+    gets the real edited args."""
+    from ._core.tracker import Tracker
+
+    bus = await _make(factory)
+    try:
+        tracker = Tracker(bus, "a")
+        approval_id = tracker.create("send", call_id="c").await_approval()
+        await _requested(bus, "a", approval_id)
+        for session, ident in (("b", approval_id), ("a", "apr_" + "0" * 32)):
+            try:
+                await bus.resolve_approval(session, ident, approved=True)
+            except ApprovalNotFound:
+                pass
+            else:
+                raise AssertionError(f"decided {ident!r} from session {session!r}")
+        results: list[object] = []
+
+        async def decide(i: int) -> None:
+            try:
+                edited = {"to": f"user{i}", "token": "sk-live-0123456789abcdef0123"}
+                results.append(
+                    await bus.resolve_approval(
+                        "a", approval_id, approved=True, by=f"u{i}", args=edited
+                    )
+                )
+            except ApprovalAlreadyResolved as exc:
+                results.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(decide, i)
+        winners = [r for r in results if isinstance(r, ApprovalResolved)]
+        assert len(winners) == 1, results
+        won = winners[0]
+        for lost in results:
+            if isinstance(lost, ApprovalAlreadyResolved):
+                assert lost.resolution == won, (lost.resolution, won)
+        assert isinstance(won.args, dict)
+        assert won.args["token"] != "sk-live-0123456789abcdef0123", "redacted on the wire"
+        decision = await tracker.decision(approval_id)
+        assert decision.by == won.by
+        assert decision.args is not None
+        assert decision.args["token"] == "sk-live-0123456789abcdef0123", "real args for the tool"
+        tracker.close()
+    finally:
+        await bus.aclose()
+
+
+async def check_approval_denied_while_waiting(factory: BusFactory) -> None:
+    """A call waiting for a person who refuses ends ``tool.denied`` once; the block never
+    runs."""
+    from ._core.errors import ApprovalDenied
+    from ._core.tracker import Tracker
+
+    bus = await _make(factory)
+    try:
+        tracker = Tracker(bus, "a")
+        outcome: list[object] = []
+
+        async def agent() -> None:
+            try:
+                async with tracker.call("rm", {"path": "/"}, approval="Deletes", call_id="c"):
+                    outcome.append("ran")
+            except ApprovalDenied as exc:
+                outcome.append(exc.decision)
+
+        async def person() -> None:
+            async with bus.subscribe(ApprovalRequested, session="a", snapshot=True) as sub:
+                with anyio.fail_after(_DEADLINE):
+                    async for event in sub:
+                        if isinstance(event, ApprovalRequested):
+                            approval_id = event.approval_id
+                            break
+                        snapshot = getattr(event, "snapshot", None)
+                        calls = snapshot.calls if snapshot is not None else ()
+                        pending = [c.approval for c in calls if c.approval]
+                        if pending:
+                            approval_id = pending[0].approval_id
+                            break
+            await _requested(bus, "a", approval_id)
+            await bus.resolve_approval("a", approval_id, approved=False, by="alice")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(person)
+            await agent()
+        assert len(outcome) == 1, outcome
+        assert not isinstance(outcome[0], str), "the block ran"
+        tracker.close()
+        events = await _events_of(bus, "a", "c", 4)
+        assert [e.type for e in events] == [
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.denied",
+        ], [e.type for e in events]
+    finally:
+        await bus.aclose()
+
+
+async def check_approval_expires(factory: BusFactory) -> None:
+    """An approval nobody decides expires: resolved by ``"timeout"`` and denied, once; a
+    late decision learns it."""
+    from ._core.errors import ApprovalDenied
+    from ._core.tracker import Tracker
+
+    bus = await _make(factory)
+    try:
+        tracker = Tracker(bus, "a")
+        refusal: Decision | None = None
+        try:
+            async with tracker.call("send", {}, approval=True, approval_timeout=0.2, call_id="c"):
+                raise AssertionError("ran without an approval")
+        except ApprovalDenied as exc:
+            refusal = exc.decision
+        assert refusal is not None
+        assert refusal.by == "timeout", refusal
+        events = await _events_of(bus, "a", "c", 4)
+        assert [e.type for e in events][-2:] == ["tool.approval.resolved", "tool.denied"]
+        requested = next(e for e in events if isinstance(e, ApprovalRequested))
+        late = await _refused(bus, "a", requested.approval_id)
+        assert late.by == "timeout", late
+        tracker.close()
+    finally:
+        await bus.aclose()
+
+
+async def check_approval_cancelled_while_waiting(factory: BusFactory) -> None:
+    """A waiting call that is cancelled resolves its approval by ``"cancelled"`` and ends
+    ``tool.cancelled``; a later decision gets ``ApprovalAlreadyResolved``."""
+    from ._core.tracker import Tracker
+
+    bus = await _make(factory)
+    try:
+        tracker = Tracker(bus, "a")
+        with anyio.move_on_after(0.2):
+            async with tracker.call("send", {}, approval=True, call_id="c"):
+                raise AssertionError("ran without an approval")
+        events = await _events_of(bus, "a", "c", 4)
+        assert [e.type for e in events][-2:] == ["tool.approval.resolved", "tool.cancelled"]
+        resolved = next(e for e in events if isinstance(e, ApprovalResolved))
+        assert (resolved.approved, resolved.by) == (False, "cancelled")
+        late = await _refused(bus, "a", resolved.approval_id)
+        assert late.by == "cancelled", late
+        tracker.close()
+    finally:
+        await bus.aclose()
+
+
 _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_ids_increase,
     check_live_in_order,
@@ -711,6 +906,10 @@ _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_resume_origin,
     check_resume_filtered,
     check_run_resumed_after_its_end,
+    check_approval_one_decision_wins,
+    check_approval_denied_while_waiting,
+    check_approval_expires,
+    check_approval_cancelled_while_waiting,
 )
 
 

@@ -11,6 +11,7 @@ behave the same to a consumer.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import threading
@@ -22,12 +23,28 @@ from typing import Any, Literal, TypeVar, cast
 import attrs
 from typing_extensions import Self
 
+from toolstream._core.approvals import (
+    CANCELLED_BY,
+    TIMEOUT_BY,
+    Decision,
+    check_decision,
+    denied_summary,
+    published_decision_fields,
+)
 from toolstream._core.broker import stop_task
 from toolstream._core.build import prepare
-from toolstream._core.codec import to_dict
-from toolstream._core.errors import BusClosed, BusUnavailable
+from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.errors import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalNotFound,
+    BusClosed,
+    BusUnavailable,
+)
 from toolstream._core.events import (
     DELTA_EVENTS,
+    ApprovalRequested,
+    ApprovalResolved,
     Event,
     RunFinished,
     RunStarted,
@@ -36,6 +53,7 @@ from toolstream._core.events import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolQueued,
     ToolReady,
@@ -43,6 +61,7 @@ from toolstream._core.events import (
 )
 from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
+from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
 from toolstream._core.start import (
     Overflow,
@@ -85,6 +104,7 @@ _KINDS: dict[type, str] = {
     ToolCompleted: "t",
     ToolFailed: "t",
     ToolCancelled: "t",
+    ToolDenied: "t",
     RunStarted: "r",
     RunFinished: "f",
 }
@@ -141,6 +161,10 @@ class RedisBus:
     - ``connect_timeout``: how long construction and a subscription's first read may
       wait for Redis before :class:`~toolstream.BusUnavailable`.
     - ``reset_bytes``: the most a ``stream.reset`` holds (as on ``EventBus``).
+    - ``payload``: shapes what a decision publishes (as on ``EventBus``).
+
+    Approvals are arbitrated in Redis (one script per decision): whichever process
+    decides first wins, every other gets ``ApprovalAlreadyResolved``.
 
     Construction talks to Redis once (synchronously) to learn the keyspace's epoch.
     Runs on asyncio only. Use as ``async with RedisBus(url) as bus:`` (or ``await
@@ -163,6 +187,7 @@ class RedisBus:
         clock: Any = time.time,
         max_finished: int = 500,
         reset_bytes: int = DEFAULT_RESET_BYTES,
+        payload: PayloadPolicy | None = None,
     ) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
@@ -195,6 +220,8 @@ class RedisBus:
         self._clock = clock
         self._max_finished = max_finished
         self.reset_bytes = reset_bytes
+        #: What a decision publishes goes through this policy.
+        self.payload = payload if payload is not None else PayloadPolicy()
         #: This process's writer token: its lease and open calls are filed under it.
         self.token = secrets.token_hex(8)
         options: dict[str, Any] = {
@@ -217,6 +244,8 @@ class RedisBus:
         self._ck_script: AsyncScript = self._redis.register_script(_scripts.CHECKPOINT)
         self._reap_script: AsyncScript = self._redis.register_script(_scripts.REAP)
         self._after_script: AsyncScript = self._redis.register_script(_scripts.READ_AFTER)
+        self._resolve_script: AsyncScript = self._redis.register_script(_scripts.RESOLVE)
+        self._approval_script: AsyncScript = self._redis.register_script(_scripts.APPROVAL)
         self._lock = threading.Lock()
         self._last = 0  # the newest id number assigned here
         self._outbox: deque[Event] = deque()
@@ -521,7 +550,19 @@ class RedisBus:
             entry = seq_entry(event_seq(ev.id))
             blob = dumps(data)
             kind = kinds.get(type(ev))
-            if kind is None:
+            if isinstance(ev, ApprovalRequested):
+                meta = {
+                    "s": ev.session,
+                    "exp": ev.expires_at,
+                    "running": ev.running,
+                    "cid": ev.call_id,
+                    "env": [ev.run_id, ev.call_id, ev.tool, ev.parent_call_id],
+                    "w": self.token,
+                }
+                args += ("A", entry, ev.call_id, blob, ev.approval_id, dumps(meta))
+            elif isinstance(ev, ApprovalResolved):
+                args += ("R", entry, ev.call_id, blob, ev.approval_id)
+            elif kind is None:
                 args += ("-", entry, ev.call_id or "", blob)
             else:
                 args += (kind, entry, ev.call_id or "", ev.run_id or "", ev.tool or "", blob)
@@ -536,8 +577,9 @@ class RedisBus:
                 if code == "2":
                     stats.fenced += 1
                     logger.warning(
-                        "dropped %s of call %s (session %s): a reaper already closed it "
-                        "(this process's lease had run out)",
+                        "dropped %s of call %s (session %s): the call was closed elsewhere "
+                        "(a reaper, after this process's lease ran out, or a denial), or "
+                        "its approval was decided already",
                         ev.type,
                         ev.call_id,
                         ev.session,
@@ -628,6 +670,148 @@ class RedisBus:
                 total += n
         self._stats.reaped += total
         return total
+
+    # -- approvals -----------------------------------------------------------------------
+
+    async def resolve_approval(
+        self,
+        session: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        ends_call: bool = True,
+    ) -> ApprovalResolved:
+        """Decide an approval, atomically in Redis: the first decision from any process
+        wins (see :meth:`toolstream.EventBus.resolve_approval` for the errors)."""
+        require_asyncio("resolve_approval()")
+        edited = check_decision(approved, by, reason, args, self.payload.max_bytes)
+        return await self._resolve(session, approval_id, approved, by, reason, edited, ends_call)
+
+    async def _resolve(
+        self,
+        session: str,
+        approval_id: str,
+        approved: bool,
+        by: str | None,
+        reason: str | None,
+        edited: dict[str, Any] | None,
+        ends_call: bool,
+    ) -> ApprovalResolved:
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        state = await self._approval_state(session, approval_id)
+        if state is None:
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        meta = state[1]
+        run_id, call_id, tool, parent = meta["env"]
+        envelope = {
+            "session": session,
+            "run_id": run_id,
+            "call_id": call_id,
+            "tool": tool,
+            "parent_call_id": parent,
+        }
+        before_run = not meta.get("running", False)
+        variants: list[str] = []
+        for ok, who, why, changes, ends in (
+            (approved, by, reason, edited, ends_call),  # this decision
+            (False, TIMEOUT_BY, None, None, True),  # expired meanwhile
+            (False, CANCELLED_BY, None, None, False),  # the call was closed elsewhere
+        ):
+            fields = published_decision_fields(self.payload, ok, who, why, changes)
+            ts = self._clock()
+            res = to_dict(
+                ApprovalResolved(id="-", ts=ts, approval_id=approval_id, **envelope, **fields)
+            )
+            del res["id"]
+            dec = {"approved": ok, "by": who, "reason": why, "args": changes}
+            den = ""
+            if not ok and before_run and ends:
+                denied = to_dict(
+                    ToolDenied(
+                        id="-",
+                        ts=ts,
+                        **envelope,
+                        reason=fields["reason"],
+                        by=fields["by"],
+                        summary=self.payload.text(denied_summary(tool, who, why)),
+                    )
+                )
+                del denied["id"]
+                den = dumps(denied)
+            variants += [dumps(res), dumps(dec), den]
+        kind = "t" if by == TIMEOUT_BY else "d"
+        try:
+            outcome, res_json, rid, epoch = await self._resolve_script(
+                args=[
+                    self.prefix,
+                    session,
+                    approval_id,
+                    self._clock(),
+                    int(self.session_ttl),
+                    kind,
+                    *variants,
+                ]
+            )
+        except RETRYABLE as exc:
+            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
+        if outcome == "notfound":
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        event = from_dict({**json.loads(res_json), "id": make_id(epoch, entry_seq(rid))})
+        assert isinstance(event, ApprovalResolved)
+        if outcome == "resolved":
+            raise ApprovalAlreadyResolved(
+                f"approval {approval_id!r} was already decided", resolution=event
+            )
+        if outcome == "expired":
+            raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=event)
+        return event
+
+    async def _approval_state(
+        self, session: str, approval_id: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
+        """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None."""
+        try:
+            st, meta, dec = await self._approval_script(args=[self.prefix, session, approval_id])
+        except RETRYABLE as exc:
+            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
+        if not st:
+            return None
+        return st, json.loads(meta), json.loads(dec) if dec else None
+
+    async def decision(self, session: str, approval_id: str) -> Decision | None:
+        """The decision on an approval (the real edited args), or None while pending;
+        past its expiry it is resolved by timeout first. ``ApprovalNotFound`` for an
+        unknown id or another session's."""
+        require_asyncio("decision()")
+        state = await self._approval_state(session, approval_id)
+        if state is None:
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        status, meta, dec = state
+        if status == "p":
+            expires = meta.get("exp")
+            if expires is None or self._clock() < expires:
+                return None
+            try:
+                await self._resolve(session, approval_id, False, TIMEOUT_BY, None, None, True)
+            except (ApprovalAlreadyResolved, ApprovalExpired):
+                pass
+            state = await self._approval_state(session, approval_id)
+            if state is None or state[2] is None:
+                return None
+            dec = state[2]
+        assert dec is not None
+        args = dec.get("args")
+        return Decision(
+            approval_id=approval_id,
+            approved=bool(dec.get("approved")),
+            by=dec.get("by"),
+            reason=dec.get("reason"),
+            args=args if isinstance(args, dict) else None,
+        )
 
     # -- reading -------------------------------------------------------------------------
 

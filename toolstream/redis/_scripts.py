@@ -13,7 +13,12 @@ Key layout (``P`` is the prefix, ``S`` a session):
 - ``P:w:T``          writer T's lease (expires unless renewed)
 - ``P:workers``      the writer tokens that hold or held a lease
 - ``P:open:T``       writer T's open calls and runs (closed by a reaper if T is lost)
-- ``P:fenced:T``     calls of T a reaper closed: later events for them are dropped
+- ``P:fenced:T``     calls of T a reaper closed, or a denial ended: later events for
+                     them are dropped
+- ``P:ap:A``         approval A: ``meta`` (its session, expiry, call envelope, writer),
+                     ``st`` (``p`` pending, ``r`` resolved), once resolved ``res`` (the
+                     resolution's event JSON), ``rid`` (its entry id) and ``dec`` (the
+                     decision with the real edited args, for the waiting tool)
 
 Entry ids are compared numerically (``ms-n``), never as strings.
 """
@@ -31,8 +36,11 @@ end
 
 #: ARGV: prefix, token, new_epoch, ttl_s, lease_ms, then records:
 #: ``S session`` (the session of the events that follow), ``- entry cid json`` (an event
-#: that neither opens nor ends anything), or ``K entry cid rid tool json`` where K is
-#: o (opens a call), t (ends it), r (a run starts) or f (a run ends).
+#: that neither opens nor ends anything), ``K entry cid rid tool json`` where K is
+#: o (opens a call), t (ends it), r (a run starts) or f (a run ends), ``A entry cid
+#: json approval_id meta`` (an approval is requested: recorded pending) or ``R entry cid
+#: json approval_id`` (a tracker resolves its own approval: written only while it is
+#: pending, so the first resolution wins).
 #: Returns {epoch, codes, renumbered}: one code per event, 0 written, 1 already written
 #: (a retry), 2 dropped (its call was closed by a reaper), 3 written under another id
 #: (another writer's entries were ahead of this writer's clock), those ids in order.
@@ -67,17 +75,26 @@ while i <= n do
     end
     i = i + 2
   else
-    local id, cid, rid, tool, json
+    local id, cid, rid, tool, json, aid, meta
     if kind == '-' then
       id, cid, json = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
       i = i + 4
+    elseif kind == 'A' then
+      id, cid, json, aid, meta = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+      i = i + 6
+    elseif kind == 'R' then
+      id, cid, json, aid = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+      i = i + 5
     else
       id, cid, rid, tool, json = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
       i = i + 6
     end
     local r = '0'
+    local akey = aid and (p .. ':ap:' .. aid) or nil
     if mine and le(id, mine) then
       r = '1'
+    elseif kind == 'R' and redis.call('HGET', akey, 'st') == 'r' then
+      r = '2'
     elseif fenced and (
         (cid ~= '' and redis.call('SISMEMBER', fenced_key, cjson.encode({'c', s, cid})) == 1)
         or (kind == 'f' and
@@ -91,8 +108,11 @@ while i <= n do
         r = '3'
         moved[#moved + 1] = written
       end
-      mine = written
-      hw[s] = written
+      -- The high-water mark is in this writer's own numbering (what a retry resends),
+      -- not the id an entry was renumbered to: a renumbered entry must not make the
+      -- writer's next events look like duplicates.
+      mine = id
+      hw[s] = id
       wrote[s] = true
       if kind == 'o' then
         redis.call('HSETNX', open, cjson.encode({'c', s, cid}), cjson.encode({tool, rid}))
@@ -102,6 +122,15 @@ while i <= n do
         redis.call('HSETNX', open, cjson.encode({'r', s, rid}), '[]')
       elseif kind == 'f' then
         redis.call('HDEL', open, cjson.encode({'r', s, rid}))
+      elseif kind == 'A' then
+        if redis.call('HSETNX', akey, 'st', 'p') == 1 then
+          redis.call('HSET', akey, 'meta', meta)
+        end
+        redis.call('EXPIRE', akey, ttl)
+      elseif kind == 'R' then
+        redis.call('HSET', akey, 'st', 'r', 'res', json, 'rid', written,
+          'dec', cjson.encode({approved = false, by = 'cancelled'}))
+        redis.call('EXPIRE', akey, ttl)
       end
     end
     codes[#codes + 1] = r
@@ -213,4 +242,56 @@ redis.call('DEL', open)
 redis.call('SREM', p .. ':workers', token)
 redis.call('EXPIRE', fenced_key, ttl)
 return n
+"""
+
+#: ARGV: prefix, session, approval_id, now, ttl_s, kind (``d`` a decision, ``t`` the
+#: expiry timer), then for a decision, for an expiry and for a call already closed
+#: elsewhere: the resolution's event JSON, the decision JSON, the denial's event JSON
+#: (``""``: none). Returns {outcome, resolution JSON, its entry id, epoch} with outcome
+#: ``ok``, ``expired`` (resolved by timeout now), ``resolved`` (decided before: the
+#: winner's JSON and entry id) or ``notfound`` (unknown, or another session's).
+RESOLVE = """
+local p, s, aid = ARGV[1], ARGV[2], ARGV[3]
+local now, ttl, kind = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local key = p .. ':ap:' .. aid
+local epoch = redis.call('GET', p .. ':epoch') or ''
+local st = redis.call('HGET', key, 'st')
+if not st then return {'notfound', '', '', epoch} end
+local meta = cjson.decode(redis.call('HGET', key, 'meta'))
+if meta.s ~= s then return {'notfound', '', '', epoch} end
+if st == 'r' then
+  return {'resolved', redis.call('HGET', key, 'res'), redis.call('HGET', key, 'rid'), epoch}
+end
+local outcome, base = 'ok', 7
+local fenced_key = p .. ':fenced:' .. meta.w
+local call = cjson.encode({'c', s, meta.cid})
+if redis.call('SISMEMBER', fenced_key, call) == 1 then
+  outcome, base = 'resolved', 13  -- the call was closed elsewhere (a reaper): cancelled
+elseif kind == 'd' and meta.exp ~= cjson.null and meta.exp ~= nil and now >= meta.exp then
+  outcome, base = 'expired', 10
+end
+local res, dec, den = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+local skey = p .. ':s:' .. s
+local rid = redis.call('XADD', skey, '*', 'e', res)
+if den ~= '' then
+  redis.call('XADD', skey, '*', 'e', den)
+  redis.call('SADD', fenced_key, call)
+  redis.call('EXPIRE', fenced_key, ttl)
+  redis.call('HDEL', p .. ':open:' .. meta.w, call)
+end
+redis.call('HSET', key, 'st', 'r', 'res', res, 'rid', rid, 'dec', dec)
+redis.call('EXPIRE', key, ttl)
+redis.call('EXPIRE', skey, ttl)
+return {outcome, res, rid, epoch}
+"""
+
+#: ARGV: prefix, session, approval_id. Returns {state, meta, decision} (``""`` when
+#: unknown or another session's).
+APPROVAL = """
+local key = ARGV[1] .. ':ap:' .. ARGV[3]
+local st = redis.call('HGET', key, 'st')
+if not st then return {'', '', ''} end
+local meta = redis.call('HGET', key, 'meta')
+if cjson.decode(meta).s ~= ARGV[2] then return {'', '', ''} end
+return {st, meta, redis.call('HGET', key, 'dec') or ''}
 """
