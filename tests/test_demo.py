@@ -30,9 +30,17 @@ ARTIFACTS = ROOT / "artifacts"
 class Agent:
     """The simulated agent on its own thread and loop, as a framework would run it."""
 
-    def __init__(self, bus: ts.EventBus, *, speed: float, turns: int | None) -> None:
+    def __init__(
+        self,
+        bus: ts.EventBus,
+        *,
+        speed: float,
+        turns: int | None,
+        approval_timeout: float = 1.5,
+    ) -> None:
         self.bus = bus
         self.stop = threading.Event()
+        self.approval_timeout = approval_timeout
         self.thread = threading.Thread(target=self._run, args=(speed, turns), daemon=True)
         self.thread.start()
 
@@ -46,7 +54,9 @@ class Agent:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                await run_agent(tracker, turns=turns, speed=speed)
+                await run_agent(
+                    tracker, turns=turns, speed=speed, approval_timeout=self.approval_timeout
+                )
                 tg.cancel_scope.cancel()
 
         anyio.run(main)
@@ -272,6 +282,7 @@ TURN_TOOLS = [
     "slow_database_query",
     "call_api",
     "export_table",
+    "send_email",
 ]
 
 
@@ -294,7 +305,9 @@ def test_the_page_reads_like_a_conversation() -> None:
             assert [is_open for _, is_open, _ in turns] == [True] + [False] * (len(turns) - 1)
             # An earlier turn is one line that says what happened.
             second = ".turn:nth-child(2)"
-            assert page.inner_text(f"{second} .turn-counts") == "9 calls · 1 failed · 1 cancelled"
+            assert page.inner_text(f"{second} .turn-counts") == (
+                "10 calls · 1 failed · 1 cancelled · 1 denied"
+            )
             # Opened, it shows its calls in the order they were made, the batch around its own.
             page.click(f"{second} > summary")
             assert page.evaluate(f"document.querySelector('{second}').open")
@@ -321,6 +334,8 @@ def test_the_page_reads_like_a_conversation() -> None:
             assert "exit code 2" in card("failed", "run_shell")
             exported = card("completed", "export_table")
             assert "Result truncated: 1.1 MB" in exported
+            expired = card("denied", "send_email")
+            assert "not approved in time" in expired
             assert "(3 fields)" not in page.inner_text(second)
             # Streamed output: whole lines, the newest last.
             output = page.inner_text(
@@ -418,3 +433,52 @@ def test_make_demo_takes_host_port_and_args() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "toolstream demo --host 0.0.0.0 --port 9123 --turns 2" in done.stdout
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
+    """The card of a call waiting for approval has Approve / Deny; a click decides, over
+    the page's own transport, and the card ends as it should."""
+    bus = ts.EventBus()
+    agent = Agent(bus, speed=4.0, turns=None, approval_timeout=240.0)
+    try:
+        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            page.goto(f"{served.url}/")
+            if transport == "ws":
+                page.select_option("#transport", "ws")
+                wait_for(
+                    page, "document.getElementById('status').textContent === 'live (WebSocket)'"
+                )
+            outcomes = {}
+            for verdict in ("approve", "deny"):
+                waiting = '.card[data-state="awaiting_approval"]'
+                wait_for(page, f"document.querySelector('{waiting} .approval:not([hidden])')")
+                card_id = page.evaluate(f"document.querySelector('{waiting}').id")
+                assert "Needs your OK: Sends an email" in page.inner_text(f"#{card_id} .approval")
+                assert "expires in" in page.inner_text(f"#{card_id} .expires")
+                page.click(f"#{card_id} .{verdict}")
+                ended = "completed" if verdict == "approve" else "denied"
+                wait_for(page, f"document.querySelector('#{card_id}').dataset.state === '{ended}'")
+                assert page.evaluate(f"document.querySelector('#{card_id} .approval').hidden")
+                outcomes[verdict] = (
+                    page.inner_text(f"#{card_id} .decision"),
+                    page.inner_text(f"#{card_id} .summary"),
+                )
+            assert outcomes["approve"][0] == "approved"
+            assert outcomes["deny"] == ("", "send_email was denied")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"demo-approval-{transport}.png"))
+            assert errors == []
+        # the bus agrees: one approved call that ran, one denied, each decided once
+        events = bus.subscribe(session="demo", after=f"{bus.epoch}-0").take_nowait()
+        resolved = [e for e in events if isinstance(e, ts.ApprovalResolved)]
+        assert [(e.approved, e.by) for e in resolved[:2]] == [
+            (True, "anonymous"),
+            (False, "anonymous"),
+        ]
+    finally:
+        agent.close()
+        bus.close()

@@ -209,3 +209,24 @@ def test_tail_json_to_a_file_is_written_as_it_comes_and_survives_sigterm(
     assert tail.stderr is not None
     with tail.stderr:
         assert tail.stderr.read().decode().strip() == "toolstream tail: connected"
+
+
+def test_tail_shows_a_call_waiting_for_approval_then_its_outcome(
+    bus: ts.EventBus, server: Served
+) -> None:
+    tracker = ts.Tracker(bus, "s")
+    waiting = tracker.create("send_email", call_id="mail")
+    waiting.ready({"to": "team@example.com"})
+    approval_id = waiting.await_approval("Sends an email to the team", timeout=600)
+    term = Terminal([*TAIL, f"{server.url}/?session=s"])
+    try:
+        term.wait_for(lambda text: any("awaiting OK" in line for line in text))
+        line = next(line for line in term.text if "awaiting OK" in line)
+        assert "send_email" in line and line.lstrip().startswith("!")
+        assert "needs approval (expires in 10 min" in line or "(expires in 9 min" in line
+        assert term.text[0].endswith("— session s") or "— session s " in term.text[0]
+        bus.resolve_approval_now("s", approval_id, approved=False, by="alice")
+        term.wait_for(lambda text: any("denied" in line for line in text))
+        assert any("send_email was denied by alice" in line for line in term.text)
+    finally:
+        assert term.stop() == 0

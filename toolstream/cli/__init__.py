@@ -45,7 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         "and shows its calls live; reconnects with Last-Event-ID.",
     )
     tail.add_argument("url", help="e.g. http://127.0.0.1:8765/events or ws://127.0.0.1:8765/ws")
-    tail.add_argument("--session", default="demo", help="the session to follow (default demo)")
+    tail.add_argument(
+        "--session",
+        default=None,
+        help="the session to follow (default: the URL's ?session=, else demo)",
+    )
     tail.add_argument("--dialect", default="native", help="wire dialect (default native)")
     tail.add_argument("--json", action="store_true", help="print one event per line, for scripts")
     tail.add_argument(
@@ -81,7 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"toolstream tail: --header {item!r} is not NAME:VALUE", file=sys.stderr)
                 return 2
             headers[name.strip()] = value.strip()
+        session = args.session or _query_session(args.url) or "demo"
         return run_tail(
-            args.url, session=args.session, dialect=args.dialect, as_json=args.json, headers=headers
+            args.url, session=session, dialect=args.dialect, as_json=args.json, headers=headers
         )
     return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+def _query_session(url: str) -> str | None:
+    """The ``session`` a URL names in its query, if any."""
+    from urllib.parse import parse_qs, urlsplit
+
+    values = parse_qs(urlsplit(url).query).get("session")
+    return values[0] if values else None

@@ -48,7 +48,8 @@ async def _main(turns: int | None, speed: float, plain: bool) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: _watch(bus, "demo", plain=plain, done=done))
         async with Tracker(bus, "demo") as tracker:
-            await run_agent(tracker, turns=turns, speed=speed)
+            # Nobody can click in a terminal: the approval is shown, then expires.
+            await run_agent(tracker, turns=turns, speed=speed, approval_timeout=4.0)
         await anyio.sleep(0.2)
         await bus.aclose()
 

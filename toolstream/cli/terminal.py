@@ -24,11 +24,13 @@ __all__ = ["LiveRenderer", "render_view"]
 _STYLE = {
     CallState.CREATED: ("✎", "cyan"),
     CallState.READY: ("◆", "cyan"),
+    CallState.AWAITING_APPROVAL: ("!", "bold yellow"),
     CallState.QUEUED: ("…", "blue"),
     CallState.RUNNING: ("", "yellow"),
     CallState.COMPLETED: ("✔", "green"),
     CallState.FAILED: ("✖", "red"),
     CallState.CANCELLED: ("⊘", "magenta"),
+    CallState.DENIED: ("⊗", "red"),
     CallState.LOST: ("?", "bright_black"),
 }
 
@@ -47,6 +49,8 @@ def _icon(call: CallSnapshot) -> RenderableType:
 def _state(call: CallSnapshot) -> Text:
     _, style = _STYLE[call.state]
     text = call.state.value
+    if call.state is CallState.AWAITING_APPROVAL:
+        text = "awaiting OK"
     if call.state is CallState.RUNNING and call.fraction is not None:
         text = f"running {round(call.fraction * 100):d}%"
     return Text(text, style=style)
@@ -61,6 +65,15 @@ def _detail(call: CallSnapshot) -> Text:
         return Text(f"cancelled: {call.reason}" if call.reason else "cancelled", style="magenta")
     if call.state is CallState.LOST:
         return Text("lost in a restart", style="bright_black")
+    pending = call.approval
+    if pending is not None:
+        why = pending.reason or call.summary or "a person must decide"
+        if pending.expires_at is not None:  # first: what a narrow terminal must not cut
+            left = format_duration(max(0.0, pending.expires_at - time.time()))
+            return Text(f"needs approval (expires in {left}): {why}", style="bold yellow")
+        return Text(f"needs approval: {why}", style="bold yellow")
+    if call.state is CallState.DENIED:
+        return Text(call.summary or "denied", style="red")
     if call.state is CallState.RUNNING and call.message:
         return Text(call.message)
     if call.state is CallState.CREATED and call.args_text:

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import attrs
@@ -133,8 +133,11 @@ class _Client:
 
 
 def _with_query(url: str, params: dict[str, str]) -> str:
+    """``url`` with ``params`` in its query; a parameter the URL has already is replaced
+    (never sent twice: a server would take the first)."""
     parts = urlsplit(url)
-    query = "&".join(q for q in (parts.query, urlencode(params)) if q)
+    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in params]
+    query = urlencode([*kept, *params.items()])
     return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, parts.fragment))
 
 

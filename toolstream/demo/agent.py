@@ -3,7 +3,8 @@
 Each turn streams a tool's input token by token, runs a parallel batch with one call
 queued behind a concurrency limit, a long tool with progress and partial output, a
 failing tool, a cancelled tool, a call with a secret in its arguments (redacted on
-the wire), one with a huge result (truncated on the wire) and a hidden internal tool.
+the wire), one with a huge result (truncated on the wire), a call that waits for a
+person's approval (it expires when nobody decides) and a hidden internal tool.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from toolstream import Tracker
+from toolstream import ApprovalDenied, Tracker
 from toolstream.providers import OpenAIChatIngest
 
 __all__ = ["DEMO_SECRET", "run_agent", "run_turn"]
@@ -79,7 +80,13 @@ def _openai_stream(tool: str, args: dict[str, Any], turn: int) -> list[dict[str,
     return chunks
 
 
-async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
+#: Seconds a demo approval waits for a person (at speed 1) before it expires.
+APPROVAL_TIMEOUT = 20.0
+
+
+async def run_turn(
+    tracker: Tracker, turn: int, *, speed: float = 1.0, approval_timeout: float = APPROVAL_TIMEOUT
+) -> None:
     """One agent turn (a run) with every kind of call."""
 
     async def pause(seconds: float) -> None:
@@ -147,16 +154,36 @@ async def run_turn(tracker: Tracker, turn: int, *, speed: float = 1.0) -> None:
             await pause(0.3)
             c.complete([{"id": i, "payload": "x" * 200} for i in range(5_000)])
 
-        # 8. A hidden internal tool: tracked, never published.
+        # 8. A call that needs a person's OK: the page shows Approve / Deny on its card;
+        #    left alone, the approval expires and the call ends denied.
+        try:
+            async with tracker.call(
+                "send_email",
+                {"to": "team@example.com", "subject": f"Turn {turn}: research notes"},
+                approval="Sends an email to the whole team",
+                approval_timeout=approval_timeout / speed,
+            ) as c:
+                await pause(0.4)
+                c.complete({"sent_to": c.args.get("to"), "message_id": f"msg-{turn}"})
+        except ApprovalDenied:
+            pass  # denied or expired: the card says so; the turn goes on
+
+        # 9. A hidden internal tool: tracked, never published.
         async with tracker.call("_update_memory", {"note": "user prefers anyio"}):
             await pause(0.1)
 
 
-async def run_agent(tracker: Tracker, *, turns: int | None = None, speed: float = 1.0) -> None:
+async def run_agent(
+    tracker: Tracker,
+    *,
+    turns: int | None = None,
+    speed: float = 1.0,
+    approval_timeout: float = APPROVAL_TIMEOUT,
+) -> None:
     """Run turns forever (or ``turns`` of them), with a short pause between them."""
     turn = 1
     while turns is None or turn <= turns:
-        await run_turn(tracker, turn, speed=speed)
+        await run_turn(tracker, turn, speed=speed, approval_timeout=approval_timeout)
         turn += 1
         if turns is None or turn <= turns:
             await anyio.sleep(1.5 / speed)

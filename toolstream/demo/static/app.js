@@ -5,9 +5,11 @@
 const SESSION = new URLSearchParams(location.search).get("session") || "demo";
 const TYPES = ["stream.reset", "run.started", "run.finished", "tool.created", "tool.args.delta",
   "tool.ready", "tool.queued", "tool.started", "tool.progress", "tool.output.delta",
-  "tool.output.partial", "tool.completed", "tool.failed", "tool.cancelled", "batch.phase"];
-const ORDER = {created: 0, ready: 1, queued: 2, running: 3, completed: 4, failed: 4, cancelled: 4, lost: 4};
-const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
+  "tool.output.partial", "tool.completed", "tool.failed", "tool.cancelled", "batch.phase",
+  "tool.approval.requested", "tool.approval.resolved", "tool.denied"];
+const ORDER = {created: 0, ready: 1, awaiting_approval: 1.5, queued: 2, running: 3,
+  completed: 4, failed: 4, cancelled: 4, denied: 4, lost: 4};
+const TERMINAL = new Set(["completed", "failed", "cancelled", "denied", "lost"]);
 const MAX_FINISHED = 300;    // finished calls kept (every open one is kept)
 const MAX_OUTPUT = 4000;     // characters of streamed output kept per call (whole lines)
 const OUTSIDE = "";          // the group of calls made outside any turn
@@ -34,7 +36,8 @@ function call(e) {
   if (!c) {
     c = {call_id: e.call_id, tool: e.tool, run_id: e.run_id || OUTSIDE, batch_id: e.batch_id || null,
          state: "created", fraction: null, message: "", summary: "", error: "", reason: "", args: "",
-         output: "", note: "", started: null, ended: null, duration: null, created: e.ts};
+         output: "", note: "", started: null, ended: null, duration: null, created: e.ts,
+         approval: null, decision: "", sending: false, problem: ""};
     state.calls.set(e.call_id, c);
     turn(c.run_id);
   }
@@ -84,10 +87,27 @@ function apply(e) {
     case "tool.output.partial": advance(c, "running", e.ts); c.output = JSON.stringify(e.value, null, 1).slice(0, MAX_OUTPUT); break;
     case "tool.completed": c.state = "completed"; c.fraction = 1; c.note = truncation(e.result); finish(c, e); break;
     case "tool.failed": c.state = "failed"; c.error = `${e.error.type}: ${e.error.message}`; finish(c, e); break;
-    case "tool.cancelled": c.state = "cancelled"; c.reason = e.reason || ""; finish(c, e); break;
+    case "tool.cancelled": c.state = "cancelled"; c.reason = e.reason || ""; c.approval = null; finish(c, e); break;
+    case "tool.approval.requested":   // a person must decide: the card gets Approve / Deny
+      if (!e.running) advance(c, "awaiting_approval", e.ts);
+      c.approval = {approval_id: e.approval_id, reason: e.reason || "", expires_at: e.expires_at ?? null};
+      c.decision = ""; c.sending = false; c.problem = ""; break;
+    case "tool.approval.resolved":
+      if (c.approval && c.approval.approval_id !== e.approval_id) break;
+      c.approval = null;
+      c.decision = decisionText(e.approved, e.by); break;
+    case "tool.denied": c.state = "denied"; c.reason = e.reason || ""; c.approval = null;
+      if (!c.decision) c.decision = decisionText(false, e.by); finish(c, e); break;
   }
 }
-function finish(c, e) { c.ended = e.ts; c.duration = e.duration_s; if (!c.started) c.started = e.ts; }
+function decisionText(approved, by) {
+  if (by === "timeout") return "not approved in time";
+  if (by === "cancelled") return "";
+  return `${approved ? "approved" : "denied"}${by && by !== "anonymous" ? ` by ${by}` : ""}`;
+}
+function finish(c, e) {   // a denied call never ran: no time shown for it
+  c.ended = e.ts; c.duration = e.duration_s; if (!c.started && e.type !== "tool.denied") c.started = e.ts;
+}
 function reset(e) {
   const present = new Set(e.snapshot.calls.map((c) => c.call_id));
   for (const c of state.calls.values()) {
@@ -108,7 +128,8 @@ function reset(e) {
     Object.assign(c, {state: s.state, fraction: s.fraction, message: s.message || "", summary: s.summary || "",
       output: wholeLines(s.output_text || ""), args: (s.args_text || "").slice(-300), reason: s.reason || "",
       error: s.error ? `${s.error.type}: ${s.error.message}` : "", note: truncation(s.result),
-      started: s.started_ts, ended: s.ended_ts, duration: s.duration_s, created: s.created_ts});
+      started: s.started_ts, ended: s.ended_ts, duration: s.duration_s, created: s.created_ts,
+      approval: s.approval || null, decision: s.decided_by && !s.approval ? decisionText(s.state !== "denied", s.decided_by) : ""});
     dirty.add(s.call_id); dirtyRuns.add(c.run_id);
   }
   for (const b of e.snapshot.batches) { state.batches.set(b.batch_id, b); dirtyBatches.add(b.batch_id); }
@@ -167,6 +188,8 @@ function text(c) {   // what the card says, in plain words
     case "created": return "receiving its input…";
     case "ready": return c.summary;
     case "queued": return "waiting for a free slot";
+    case "awaiting_approval": return c.summary;
+    case "denied": return c.summary || "Not approved";
     case "running": return c.message || c.summary;
     case "failed": return "";
     case "cancelled": return c.summary || (c.reason && c.reason !== "cancelled" ? `Cancelled: ${c.reason}` : "Cancelled");
@@ -179,7 +202,13 @@ function card(c) {
   if (!e) {
     e = el("div", "card", `<div class="top"><span class="tool"></span><span class="badge"></span>
       <span class="id"></span><span class="time"></span></div><div class="bar"><i></i></div>
-      <div class="summary"></div><div class="error"></div><div class="note"></div><pre class="output"></pre>`);
+      <div class="summary"></div><div class="error"></div><div class="note"></div>
+      <div class="approval" hidden><span class="ask"></span><span class="expires"></span>
+        <button class="approve" type="button">Approve</button><button class="deny" type="button">Deny</button>
+        <span class="problem"></span></div>
+      <div class="decision"></div><pre class="output"></pre>`);
+    e.querySelector(".approve").addEventListener("click", () => decide(c.call_id, true));
+    e.querySelector(".deny").addEventListener("click", () => decide(c.call_id, false));
     e.id = `call-${c.call_id}`;
     els.calls.set(c.call_id, e);
   }
@@ -194,10 +223,24 @@ function card(c) {
   e.querySelector(".summary").textContent = text(c) || "";
   e.querySelector(".error").textContent = c.state === "failed" ? (c.summary || c.error) : c.state === "lost" ? c.error : "";
   e.querySelector(".note").textContent = c.note || "";
+  const box = e.querySelector(".approval");
+  box.hidden = !c.approval;
+  if (c.approval) {
+    box.querySelector(".ask").textContent = c.approval.reason ? `Needs your OK: ${c.approval.reason}` : "Needs your OK";
+    box.querySelector(".expires").textContent = expiresIn(c);
+    for (const b of box.querySelectorAll("button")) b.disabled = !!c.sending;
+    box.querySelector(".problem").textContent = c.problem || "";
+  }
+  e.querySelector(".decision").textContent = c.state === "denied" ? "" : c.decision || "";   // its summary says it
   const out = e.querySelector(".output");
   const shown = c.state === "created" ? c.args : c.output;
   if (out.textContent !== shown) { out.textContent = shown; out.scrollTop = out.scrollHeight; }
   e.querySelector(".time").textContent = elapsed(c);
+}
+function expiresIn(c) {
+  if (!c.approval || c.approval.expires_at == null) return "";
+  const left = Math.max(0, Math.round(c.approval.expires_at - Date.now() / 1000));
+  return `expires in ${left} s`;
 }
 function elapsed(c) {
   if (c.duration != null) return fmt(c.duration);
@@ -211,7 +254,9 @@ function turnHead(r) {
   const by = {};
   for (const c of calls) by[c.state] = (by[c.state] || 0) + 1;
   const parts = [plural(calls.length, "call")];
-  for (const s of ["running", "queued", "failed", "cancelled", "lost"]) if (by[s]) parts.push(`${by[s]} ${s}`);
+  for (const s of ["running", "queued", "awaiting_approval", "failed", "cancelled", "denied", "lost"]) {
+    if (by[s]) parts.push(`${by[s]} ${s === "awaiting_approval" ? "awaiting approval" : s}`);
+  }
   t.dataset.state = r.state;
   t.querySelector(".turn-title").textContent = r.title;
   const badge = t.querySelector(".turn-state");
@@ -251,6 +296,7 @@ function render(now) {
     lastTick = now;
     for (const c of state.calls.values()) {
       if (c.state === "running") els.calls.get(c.call_id)?.querySelector(".time")?.replaceChildren(elapsed(c));
+      if (c.approval) els.calls.get(c.call_id)?.querySelector(".expires")?.replaceChildren(expiresIn(c));
     }
     for (const r of state.runs.values()) if (r.state === "running") turnHead(r);
   }
@@ -259,6 +305,23 @@ function render(now) {
 requestAnimationFrame(render);
 
 // -- transports: both resume from the last id ------------------------------------------------
+async function decide(callId, approved) {   // a person's decision, over the page's own transport
+  const c = state.calls.get(callId);
+  if (!c || !c.approval || c.sending) return;
+  c.sending = true; c.problem = ""; dirty.add(callId);
+  try {
+    await transport.decide(c.approval.approval_id, approved);
+  } catch (err) {
+    c.problem = String(err.message || err);
+  }
+  c.sending = false; dirty.add(callId);
+}
+function refusal(code, message) {   // what a refused decision means to the reader
+  if (code === "already_resolved") return "someone decided already";
+  if (code === "expired") return "too late: the approval expired";
+  if (code === "forbidden") return "you may not decide this";
+  return message || code;
+}
 function setStatus(text, cls) { const s = document.getElementById("status"); s.textContent = text; s.className = `status ${cls}`; }
 function onEvent(data) { apply(data); }
 
@@ -269,10 +332,17 @@ function openSSE() {
   for (const t of TYPES) source.addEventListener(t, (m) => onEvent(JSON.parse(m.data)));
   source.onopen = () => setStatus("live (SSE)", "live");
   source.onerror = () => setStatus("reconnecting…", "down");
-  return {close: () => source.close()};
+  const decide = async (approvalId, approved) => {   // POST on the stream's own path
+    const r = await fetch(`/events?${new URLSearchParams({session: SESSION})}`, {
+      method: "POST", headers: {"content-type": "application/json"},
+      body: JSON.stringify({approval_id: approvalId, approved})});
+    if (!r.ok) { const body = await r.json().catch(() => ({})); throw new Error(refusal(body.code, body.error)); }
+  };
+  return {close: () => source.close(), decide};
 }
 function openWS() {
   let ws = null, closed = false, delay = 250;
+  const waiting = new Map();   // approval id -> [resolve, reject] of a decision sent
   const connect = () => {
     ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
     ws.onopen = () => {
@@ -286,6 +356,10 @@ function openWS() {
       const msg = JSON.parse(m.data);
       if (msg.op === "ping") ws.send('{"op":"pong"}');
       else if (msg.op === "event") onEvent(msg.data);
+      else if ((msg.op === "approved" || msg.op === "error") && waiting.has(msg.approval_id)) {
+        const [ok, fail] = waiting.get(msg.approval_id); waiting.delete(msg.approval_id);
+        if (msg.op === "approved") ok(); else fail(new Error(refusal(msg.code, msg.message)));
+      }
     };
     ws.onclose = () => {
       if (closed) return;
@@ -294,7 +368,12 @@ function openWS() {
     };
   };
   connect();
-  return {close: () => { closed = true; ws && ws.close(); }};
+  const decide = (approvalId, approved) => new Promise((ok, fail) => {
+    if (!ws || ws.readyState !== WebSocket.OPEN) { fail(new Error("not connected")); return; }
+    waiting.set(approvalId, [ok, fail]);
+    ws.send(JSON.stringify({op: "approve", session: SESSION, approval_id: approvalId, approved}));
+  });
+  return {close: () => { closed = true; ws && ws.close(); }, decide};
 }
 function switchTransport(kind) {
   if (transport) transport.close();
