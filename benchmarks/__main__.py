@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    bench_approvals,
     bench_bus,
     bench_callbacks,
     bench_memory,
@@ -38,6 +39,7 @@ SUITES: list[tuple[str, Any]] = [
     ("sse", bench_sse),
     ("websocket", bench_ws),
     ("redis", bench_redis),
+    ("approvals", bench_approvals),
 ]
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"

@@ -76,3 +76,11 @@ def test_scaling_benchmark_runs_reports_and_plots(tmp_path: Path) -> None:
         "bench-sessions.png",
     ]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_approval_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_approvals
+
+    results = bench_approvals.run(quick=True)
+    assert results["eventbus"]["rounds"] == 30 and results["eventbus"]["p99_ms"] > 0
+    assert "Approval round trip" in bench_approvals.report(results)

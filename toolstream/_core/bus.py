@@ -133,6 +133,10 @@ class Bus(Protocol):
         """The decision on an approval (real edited args), or None while it is pending."""
         ...
 
+    async def wait_decision(self, session: str, approval_id: str) -> Decision:
+        """Wait for the decision on an approval (bound the wait with a cancel scope)."""
+        ...
+
     async def aclose(self) -> None:
         """End every subscription; publishing afterwards raises ``BusClosed``."""
         ...
@@ -749,6 +753,36 @@ class EventBus:
         or ``None`` while it is pending; ``ApprovalNotFound`` as for a decision. An
         approval past its expiry is resolved by ``"timeout"`` first."""
         return self.decision_now(session, approval_id)
+
+    async def wait_decision(self, session: str, approval_id: str) -> Decision:
+        """Wait for the decision on approval ``approval_id`` (what a waiting tracker
+        does; bound it with a cancel scope, e.g. ``anyio.move_on_after``).
+        ``ApprovalNotFound`` as for :meth:`decision`; ``BusClosed`` if the bus closes
+        first."""
+        known = self.decision_now(session, approval_id)
+        if known is not None:
+            return known
+        with self._lock:
+            asked = self._approvals.pending.get(approval_id)
+            after = None if asked is None else asked.request_id
+        sub = (
+            self.subscribe(ApprovalResolved, session=session, after=after)
+            if after is not None
+            else self.subscribe(ApprovalResolved, session=session)
+        )
+        async with sub:
+            known = self.decision_now(session, approval_id)  # decided meanwhile?
+            if known is not None:
+                return known
+            async for event in sub:
+                if not isinstance(event, ApprovalResolved) or event.approval_id == approval_id:
+                    known = self.decision_now(session, approval_id)  # (a reset: ask)
+                    if known is not None:
+                        return known
+        known = self.decision_now(session, approval_id)
+        if known is None:
+            raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
+        return known
 
     def decision_now(self, session: str, approval_id: str) -> Decision | None:
         """:meth:`decision`, from synchronous code."""

@@ -324,15 +324,13 @@ class Tracker:
         ask = None if handle is None else handle._approval
         if handle is not None and ask is not None and ask.approval_id == approval_id:
             return await self._wait(handle, ask)
-        return await self._receive(approval_id, None, None, running=True)
+        return await self._receive(approval_id, None)
 
     async def _wait(self, handle: CallHandle, ask: Ask) -> Decision:
         """Wait for the decision on ``ask`` and apply it to ``handle``. Cancelled while
         waiting, the approval is withdrawn (resolved by ``"cancelled"``) first."""
         try:
-            decision = await self._receive(
-                ask.approval_id, ask.request_id, ask.deadline, running=ask.running
-            )
+            decision = await self._receive(ask.approval_id, ask.deadline)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self._withdraw(handle, ask)
@@ -341,49 +339,21 @@ class Tracker:
             handle._apply_decision(ask, decision, ended_by_bus=True)
         return decision
 
-    async def _receive(
-        self, approval_id: str, after: str | None, deadline: float | None, *, running: bool
-    ) -> Decision:
-        """The decision on ``approval_id``: read from the session's stream (after the
-        request event ``after``, or live), resolved by timeout at ``deadline``."""
+    async def _receive(self, approval_id: str, deadline: float | None) -> Decision:
+        """The decision on ``approval_id``, waited for on the bus; at ``deadline`` (the
+        approval's expiry) it is resolved by timeout here, unless a decision won."""
         bus = self.bus
-        sub = (
-            bus.subscribe(ApprovalResolved, session=self.session, after=after)
-            if after is not None
-            else bus.subscribe(ApprovalResolved, session=self.session)
-        )
-        seen: ApprovalResolved | None = None
-        async with sub:
-            if after is None:  # not asked here: it may be decided already
-                known = await bus.decision(self.session, approval_id)
-                if known is not None:
-                    return known
-            while seen is None:
-                left = None if deadline is None else deadline - time.monotonic()
-                with anyio.move_on_after(left if left is None or left > 0 else 0):
-                    async for event in sub:
-                        if isinstance(event, ApprovalResolved):
-                            if event.approval_id == approval_id:
-                                seen = event
-                                break
-                        else:  # a reset: the stream could not be replayed; ask the bus
-                            known = await bus.decision(self.session, approval_id)
-                            if known is not None:
-                                return known
-                    else:
-                        raise BusClosed(f"the bus closed before approval {approval_id!r}")
-                if seen is None:  # expired: resolve it by timeout (or learn who won)
-                    try:
-                        seen = await bus.resolve_approval(
-                            self.session, approval_id, approved=False, by=TIMEOUT_BY
-                        )
-                    except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
-                        seen = exc.resolution
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with anyio.move_on_after(left):
+            return await bus.wait_decision(self.session, approval_id)
         try:
-            decision = await bus.decision(self.session, approval_id)
-        except ApprovalNotFound:
-            decision = None
-        return decision if decision is not None else decision_of(seen)
+            won = await bus.resolve_approval(
+                self.session, approval_id, approved=False, by=TIMEOUT_BY
+            )
+        except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+            won = exc.resolution
+        known = await bus.decision(self.session, approval_id)
+        return known if known is not None else decision_of(won)
 
     async def _withdraw(self, handle: CallHandle, ask: Ask) -> None:
         """The waiting call is being cancelled: resolve its approval by ``"cancelled"``

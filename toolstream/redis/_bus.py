@@ -259,6 +259,7 @@ class RedisBus:
         self._loop_thread = 0
         self._kick_pending = False
         self._event: asyncio.Event | None = None
+        self._progress: asyncio.Event | None = None  # set (and replaced) as events settle
         self._tasks: list[asyncio.Task[None]] = []
         self._subs: set[RedisSubscription[Any]] = set()
         self._registered = False  # this process wrote events (holds a lease)
@@ -339,6 +340,7 @@ class RedisBus:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._event = asyncio.Event()
+        self._progress = asyncio.Event()
         self._tasks = [
             loop.create_task(self._flusher(), name="toolstream-redis-flusher"),
             loop.create_task(self._leases(), name="toolstream-redis-leases"),
@@ -475,6 +477,8 @@ class RedisBus:
         await self._settle(target, None if timeout is None else time.monotonic() + timeout)
 
     async def _settle(self, target: int, deadline: float | None) -> None:
+        """Wait until ``target`` events left the outbox: woken by the flusher in its own
+        loop (no polling delay), polled from another loop."""
         delay = 0.0005
         while self._settled < target:
             if deadline is not None and time.monotonic() >= deadline:
@@ -482,8 +486,26 @@ class RedisBus:
                     f"{target - self._settled} events not yet written to Redis "
                     f"({redact_url(self.url)} unreachable?)"
                 )
+            progress = self._progress
+            if progress is not None and self._loop is asyncio.get_running_loop():
+                # Capped: the outbox policy may settle events from another thread.
+                left = 0.05
+                if deadline is not None:
+                    left = max(0.0, min(left, deadline - time.monotonic()))
+                try:
+                    await asyncio.wait_for(progress.wait(), left)
+                except TimeoutError:
+                    pass
+                continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    def _settled_more(self) -> None:
+        """Wake whoever waits for the outbox (the flusher's loop)."""
+        progress = self._progress
+        if progress is not None:
+            self._progress = asyncio.Event()
+            progress.set()
 
     async def _flusher(self) -> None:
         event = self._event
@@ -529,6 +551,7 @@ class RedisBus:
                         self._outbox.popleft()
                     self._inflight = 0
                     self._settled += len(batch)
+                self._settled_more()
                 await self._checkpoints(batch)
 
     async def _write(self, batch: Sequence[Event]) -> None:
@@ -812,6 +835,28 @@ class RedisBus:
             reason=dec.get("reason"),
             args=args if isinstance(args, dict) else None,
         )
+
+    async def wait_decision(self, session: str, approval_id: str) -> Decision:
+        """Wait for the decision on an approval, woken by the script that resolves it (a
+        blocking pop on the approval's own key); bound it with a cancel scope.
+        ``ApprovalNotFound`` as for :meth:`decision`."""
+        require_asyncio("wait_decision()")
+        self._start_here()
+        with self._lock:
+            target = self._published
+        await self._settle(target, time.monotonic() + self.connect_timeout)  # our request
+        key = f"{self.prefix}:dn:{approval_id}"
+        while True:
+            decision = await self.decision(session, approval_id)
+            if decision is not None:
+                return decision
+            if self._closed:
+                raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
+            try:
+                await self._redis.blpop([key], timeout=1)
+            except RETRYABLE as exc:
+                logger.debug("waiting for a decision: %s", exc)
+                await asyncio.sleep(0.1)
 
     # -- reading -------------------------------------------------------------------------
 

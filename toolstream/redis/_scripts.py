@@ -19,6 +19,8 @@ Key layout (``P`` is the prefix, ``S`` a session):
                      ``st`` (``p`` pending, ``r`` resolved), once resolved ``res`` (the
                      resolution's event JSON), ``rid`` (its entry id) and ``dec`` (the
                      decision with the real edited args, for the waiting tool)
+- ``P:dn:A``         pushed to when approval A is resolved: the waiting tracker's
+                     blocking pop wakes on it
 
 Entry ids are compared numerically (``ms-n``), never as strings.
 """
@@ -131,6 +133,8 @@ while i <= n do
         redis.call('HSET', akey, 'st', 'r', 'res', json, 'rid', written,
           'dec', cjson.encode({approved = false, by = 'cancelled'}))
         redis.call('EXPIRE', akey, ttl)
+        redis.call('RPUSH', p .. ':dn:' .. aid, '1')
+        redis.call('EXPIRE', p .. ':dn:' .. aid, 60)
       end
     end
     codes[#codes + 1] = r
@@ -282,6 +286,10 @@ end
 redis.call('HSET', key, 'st', 'r', 'res', res, 'rid', rid, 'dec', dec)
 redis.call('EXPIRE', key, ttl)
 redis.call('EXPIRE', skey, ttl)
+-- wake the waiting tracker (a blocking pop on P:dn:A), wherever it runs
+local wake = p .. ':dn:' .. aid
+redis.call('RPUSH', wake, '1')
+redis.call('EXPIRE', wake, 60)
 return {outcome, res, rid, epoch}
 """
 
