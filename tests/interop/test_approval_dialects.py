@@ -177,3 +177,19 @@ def test_the_peers_decisions_come_back_as_decisions() -> None:
     )
     assert resolved.approved and resolved.args == {"a": 1}
     session.tracker.close()
+
+
+def test_hermes_and_native_clients_joining_mid_wait_see_the_approval() -> None:
+    session = Session()
+    run = session.tracker.run(run_id="r1").start()
+    _, approval_id = waiting_call(session, run)
+    hermes = [obj(f) for f in drain(open_now(session.bus, cursor=None, dialect="hermes"))]
+    assert [p.get("type") for p in hermes] == ["hermes.approval"]
+    assert hermes[0]["approvalId"] == approval_id and hermes[0]["expiresAt"] > 0
+    native = drain(open_now(session.bus, cursor=None, dialect="native"))
+    reset = ts.from_dict(obj(native[0]))
+    assert isinstance(reset, ts.StreamReset)
+    [call] = reset.snapshot.calls
+    assert call.state is ts.CallState.AWAITING_APPROVAL
+    assert call.approval is not None and call.approval.approval_id == approval_id
+    session.tracker.close()
