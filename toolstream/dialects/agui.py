@@ -119,10 +119,14 @@ class AGUI(RunFramedDialect):
         if event.call_id and frame.finished(event.call_id):
             return []
         # The run goes on after the interrupt: a continuation run on the same thread.
+        return [self._continue(), *super().encode(event)]
+
+    def _continue(self) -> WireMessage:
+        """A continuation of the toolstream run suspended on the wire: ``<run>.<n>``."""
         self._continuations += 1
-        self._wire_run = f"{frame.run}.{self._continuations}"
+        self._wire_run = f"{self._frame.run}.{self._continuations}"
         self._suspended = False
-        return [self._run_started(self._wire_run), *super().encode(event)]
+        return self._run_started(self._wire_run)
 
     def _interrupt(self) -> list[WireMessage]:
         """Finish the AG-UI run with the interrupt outcome (the calls awaiting a decision
@@ -418,14 +422,12 @@ class AGUI(RunFramedDialect):
         out: list[WireMessage] = []
         frame = self._frame
         if self._suspended and frame.run is not None:
-            self._suspended = False
             if not frame.open_calls():  # finished on the wire already (the interrupt)
+                self._suspended = False
                 frame.run = None
                 self._wire_run = None
                 return out
-            self._continuations += 1
-            self._wire_run = f"{frame.run}.{self._continuations}"
-            out.append(self._run_started(self._wire_run))
+            out.append(self._continue())
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")
         return out + self._close_run()

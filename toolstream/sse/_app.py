@@ -16,6 +16,7 @@ from toolstream import (
     BusUnavailable,
     DialectError,
     Event,
+    Principal,
     RequestInfo,
     SlowConsumer,
     Subscription,
@@ -204,12 +205,8 @@ class SSEApp:
             known = ", ".join(self._dialects.factories)
             await _respond(send, 400, f"unknown dialect; this endpoint serves: {known}")
             return
-        principal = await serving.authenticate(self.authorize, request)
+        principal = await self._admit(request, session, send)
         if principal is None:
-            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
-            return
-        if not await serving.may_read(principal, session):
-            await _respond(send, 403, f"not allowed to read session {session!r}")
             return
         if self._streams.closing:
             await _respond(send, 503, "the server is shutting down")
@@ -249,6 +246,20 @@ class SSEApp:
             return
         await self._serve(pump, receive, send)
 
+    async def _admit(
+        self, request: RequestInfo, session: str, send: serving.Send
+    ) -> Principal | bool | None:
+        """The principal that may read ``session``; None once refused (401 / 403 sent)."""
+        principal = await serving.authenticate(self.authorize, request)
+        if principal is None:
+            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
+            return None
+        if not await serving.may_read(principal, session):
+            message = f"not allowed to read session {session!r}"
+            await _respond(send, 403, message, code="forbidden")
+            return None
+        return principal
+
     async def _decide(
         self,
         request: RequestInfo,
@@ -266,12 +277,8 @@ class SSEApp:
             limit = self.max_decision_bytes
             await _respond(send, 413, f"the body is over {limit} bytes", code="invalid")
             return
-        principal = await serving.authenticate(self.authorize, request)
+        principal = await self._admit(request, session, send)
         if principal is None:
-            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
-            return
-        if not await serving.may_read(principal, session):
-            await _respond(send, 403, f"not allowed to read session {session!r}", code="forbidden")
             return
         try:
             decision = json.loads(body)
