@@ -292,3 +292,22 @@ async def test_legacy_consumer_keeps_working_from_a_bus() -> None:
         ("tool.completed", "shell"),
     ]
     assert progress[-1][3]["is_error"] is True
+
+
+async def test_a_legacy_consumer_hears_a_denied_call_end() -> None:
+    bus = ts.EventBus()
+    completed: list[tuple[str, str, Any, Any]] = []
+    async with LegacyCallbackSink(
+        bus,
+        session="s1",
+        tool_complete_callback=lambda call_id, name, args, result: completed.append(
+            (call_id, name, args, result)
+        ),
+    ):
+        tracker = ts.Tracker(bus, "s1")
+        handle = tracker.create("rm", call_id="c1")
+        handle.ready({"path": "/"})
+        approval_id = handle.await_approval("Deletes everything")
+        await bus.resolve_approval("s1", approval_id, approved=False, by="alice", reason="no")
+        await settle(lambda: len(completed) == 1)
+    assert completed == [("c1", "rm", {"path": "/"}, {"denied": "no", "by": "alice"})]

@@ -270,7 +270,8 @@ class LegacyCallbackSink(Sink):
     """Feeds a bus's events to legacy callbacks: ``tool_start_callback(call_id, name,
     args)`` when a call starts, ``tool_complete_callback(call_id, name, args, result)``
     when it ends (a failure's result is ``{"error": message, "type": type}``, a
-    cancellation's ``{"cancelled": reason}``), and hermes-style
+    cancellation's ``{"cancelled": reason}``, a denial's ``{"denied": reason, "by": who}``),
+    and hermes-style
     ``tool_progress_callback(event_type, name, preview, args, **kwargs)`` for
     ``tool.started``, ``tool.progress``, ``tool.output`` and ``tool.completed``.
     Use with ``async with``; callbacks may be sync or async, each isolated.
@@ -324,7 +325,7 @@ class LegacyCallbackSink(Sink):
                 )
             elif isinstance(event, ts.ToolOutputDelta):
                 await self._call(progress, "tool.output", event.tool, event.text, None)
-        elif isinstance(event, (ts.ToolCompleted, ts.ToolFailed, ts.ToolCancelled)):
+        elif isinstance(event, (ts.ToolCompleted, ts.ToolFailed, ts.ToolCancelled, ts.ToolDenied)):
             await self._start(event)
             args = self._args.pop(call_id, None)
             self._started.discard(call_id)
@@ -333,6 +334,9 @@ class LegacyCallbackSink(Sink):
                 is_error = False
             elif isinstance(event, ts.ToolFailed):
                 result = {"error": event.error.message, "type": event.error.type}
+                is_error = True
+            elif isinstance(event, ts.ToolDenied):
+                result = {"denied": event.reason or "not approved", "by": event.by}
                 is_error = True
             else:
                 result = {"cancelled": event.reason or "cancelled"}
