@@ -1,0 +1,361 @@
+"""pydantic-ai: every tool call of an agent run, live, through toolstream.
+
+::
+
+    from toolstream.integrations.pydantic_ai import capability
+
+    result = await agent.run(prompt, capabilities=[capability(tracker)])
+
+The capability hooks into the run (one toolstream run per agent run, its ``run_id``), its
+event stream (a call's card appears at the model's first token, its arguments stream in)
+and each tool's execution (started, then completed, failed or cancelled, whatever the
+tool does: pydantic-ai ends the run when a tool raises, and the call still ends
+``tool.failed``). Tools report progress with :func:`report_progress`. A tool with
+``requires_approval=True`` makes the run finish ``interrupted`` with the call awaiting a
+person's decision; :func:`deferred_tool_results` waits for the decisions on the bus and
+builds what the next run takes.
+
+Install with ``pip install "toolstream[pydantic-ai]"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from toolstream._core.scopes import cancel_reason, is_cancellation
+from toolstream.integrations import require
+
+require("pydantic_ai", "pydantic-ai", "pydantic-ai")
+
+from pydantic_ai import (  # noqa: E402 - after the check that names the extra
+    CustomEvent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolApproved,
+    ToolDenied,
+)
+from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
+from pydantic_ai.exceptions import (  # noqa: E402
+    ApprovalRequired,
+    CallDeferred,
+    SkipToolExecution,
+)
+from pydantic_ai.messages import (  # noqa: E402
+    DeferredToolRequestsEvent,
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
+    PartDeltaEvent,
+    PartStartEvent,
+    ToolCallPart,
+    ToolCallPartDelta,
+)
+
+if TYPE_CHECKING:
+    from toolstream import CallHandle, RunScope, Tracker
+
+__all__ = [
+    "ToolstreamCapability",
+    "ToolstreamProgress",
+    "capability",
+    "deferred_tool_results",
+    "event_stream_handler",
+    "report_progress",
+]
+
+#: Exceptions that defer or skip a call rather than end it.
+_CONTROL = (ApprovalRequired, CallDeferred, SkipToolExecution)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ToolstreamProgress(CustomEvent):
+    """Progress from inside a tool (emit it with :func:`report_progress`)."""
+
+    fraction: float | None = None
+    current: float | None = None
+    total: float | None = None
+    message: str | None = None
+
+
+async def report_progress(
+    ctx: RunContext[Any],
+    fraction: float | None = None,
+    *,
+    current: float | None = None,
+    total: float | None = None,
+    message: str | None = None,
+) -> None:
+    """From inside a tool: report its progress (a ``tool.progress`` of this call).
+
+    ``ctx`` is the tool's ``RunContext``; pydantic-ai stamps the event with the call's id.
+    """
+    for follower in list(_FOLLOWERS.values()):  # reported at once, not when the stream gets it
+        handle = follower._open(ctx.tool_call_id)
+        if handle is not None:
+            handle.progress(fraction, current=current, total=total, message=message)
+    await ctx.emit(
+        ToolstreamProgress(fraction=fraction, current=current, total=total, message=message)
+    )
+
+
+class _Follower:
+    """What one tracker knows of the pydantic-ai calls it follows: the handles by the
+    model's call id, the part index of each call in the response streaming now, and
+    the approvals asked."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.handles: dict[str, CallHandle] = {}
+        self.by_index: dict[int, str] = {}
+        self.approvals: dict[str, str] = {}  # call id -> approval id
+        self.run_id: str | None = None
+        #: Seconds an approval may wait for a person (None: no expiry).
+        self.approval_timeout: float | None = None
+
+    def handle(self, call_id: str, tool: str) -> CallHandle:
+        """The open call of this id, or a new one (a retry of an ended call is new)."""
+        handle = self.handles.get(call_id)
+        if handle is None or handle.done:
+            handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
+            self.handles[call_id] = handle
+        elif self.run_id is not None and handle.run_id != self.run_id:
+            handle.run_id = self.run_id  # a call resumed by the next run joins it
+        return handle
+
+    def apply(self, event: object) -> None:
+        """Map one event of the agent's stream."""
+        if isinstance(event, PartStartEvent):
+            self._part_start(event)
+        elif isinstance(event, PartDeltaEvent):
+            self._part_delta(event)
+        elif isinstance(event, FunctionToolCallEvent):
+            self._tool_call(event)
+        elif isinstance(event, FunctionToolResultEvent):
+            self._tool_result(event)
+        elif isinstance(event, DeferredToolRequestsEvent):
+            self._deferred(event)
+        elif isinstance(event, ToolstreamProgress):
+            pass  # reported by report_progress itself, when it happened
+        elif isinstance(event, CustomEvent) and event.tool_call_id:
+            self._custom(event)
+
+    def _open(self, call_id: str | None) -> CallHandle | None:
+        handle = self.handles.get(call_id or "")
+        return None if handle is None or handle.done else handle
+
+    def _part_start(self, event: PartStartEvent) -> None:
+        part = event.part
+        if not isinstance(part, ToolCallPart):
+            return
+        self.by_index[event.index] = part.tool_call_id
+        handle = self.handle(part.tool_call_id, part.tool_name)
+        if isinstance(part.args, str) or part.args is None:
+            handle.args_delta(part.args or "")  # announces the card at once
+        else:
+            handle.ready(part.args)
+
+    def _part_delta(self, event: PartDeltaEvent) -> None:
+        delta = event.delta
+        if not isinstance(delta, ToolCallPartDelta) or not isinstance(delta.args_delta, str):
+            return
+        handle = self._open(delta.tool_call_id or self.by_index.get(event.index))
+        if handle is not None and delta.args_delta:
+            handle.args_delta(delta.args_delta)
+
+    def _tool_call(self, event: FunctionToolCallEvent) -> None:
+        part = event.part
+        handle = self.handle(part.tool_call_id, part.tool_name)
+        if handle.state is None or handle.state.value == "created":
+            handle.ready(part.args_as_dict() if event.args_valid is not False else part.args)
+        if event.args_valid is False:  # the model is asked again: this call will not run
+            handle.fail(
+                {"type": "InvalidArguments", "message": "the arguments did not validate"},
+                retryable=True,
+            )
+
+    def _tool_result(self, event: FunctionToolResultEvent) -> None:
+        part = event.part
+        handle = self._open(part.tool_call_id)
+        if handle is None:
+            return
+        outcome = part.outcome
+        if outcome == "success":
+            handle.complete(part.content)
+        elif outcome == "retried":
+            handle.fail({"type": "Retry", "message": str(part.content)}, retryable=True)
+        elif outcome == "failed":
+            handle.fail({"type": "ToolFailed", "message": str(part.content)})
+        elif outcome == "denied":  # denied outside toolstream's approvals
+            handle.cancel(f"denied: {part.content}")
+        else:
+            handle.cancel(str(outcome))
+
+    def _deferred(self, event: DeferredToolRequestsEvent) -> None:
+        for part in event.requests.approvals:
+            handle = self.handle(part.tool_call_id, part.tool_name)
+            if handle.state is not None and handle.state.value == "ready":
+                self.approvals[part.tool_call_id] = handle.await_approval(
+                    timeout=self.approval_timeout
+                )
+
+    def _custom(self, event: CustomEvent) -> None:
+        handle = self._open(event.tool_call_id)
+        if handle is not None:
+            fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+            handle.progress(message=event.name, data=fields)
+
+
+_FOLLOWERS: weakref.WeakKeyDictionary[Any, _Follower] = weakref.WeakKeyDictionary()
+
+
+def _follower(tracker: Tracker) -> _Follower:
+    follower = _FOLLOWERS.get(tracker)
+    if follower is None:
+        follower = _FOLLOWERS[tracker] = _Follower(tracker)
+    return follower
+
+
+@dataclasses.dataclass(init=False)
+class ToolstreamCapability(AbstractCapability[Any]):
+    """The pydantic-ai capability that announces an agent's tool calls on ``tracker``
+    (made by :func:`capability`)."""
+
+    tracker: Tracker
+    approval_timeout: float | None
+
+    def __init__(self, tracker: Tracker, *, approval_timeout: float | None = None) -> None:
+        self.tracker = tracker
+        self.approval_timeout = approval_timeout
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Awaitable[Any]]) -> Any:
+        """One toolstream run per agent run (its ``run_id``); ``interrupted`` when the run
+        ends waiting for approvals."""
+        follower = _follower(self.tracker)
+        follower.approval_timeout = self.approval_timeout
+        run: RunScope = self.tracker.run(run_id=ctx.run_id or None).start()
+        previous, follower.run_id = follower.run_id, run.run_id
+        try:
+            result = await handler()
+        except BaseException as exc:
+            if is_cancellation(exc):
+                run.finish("cancelled")
+            else:
+                run.finish("failed", error=exc)
+            raise
+        finally:
+            follower.run_id = previous
+        output = getattr(result, "output", None)
+        waiting = isinstance(output, DeferredToolRequests) and bool(output.approvals)
+        run.finish("interrupted" if waiting else "completed")
+        return result
+
+    async def on_event(self, ctx: RunContext[Any], *, event: Any) -> None:
+        """Every event of the run's stream: call cards, arguments, progress, results."""
+        _follower(self.tracker).apply(event)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: Any,
+        args: Any,
+        handler: Callable[[Any], Awaitable[Any]],
+    ) -> Any:
+        """The tool runs: started, then completed, failed or cancelled — whatever happens."""
+        follower = _follower(self.tracker)
+        handle = follower.handle(call.tool_call_id, call.tool_name)
+        handle.start(args if isinstance(args, dict) else call.args_as_dict())
+        try:
+            result = await handler(args)
+        except _CONTROL:
+            raise  # deferred or skipped: the stream says what becomes of the call
+        except BaseException as exc:
+            if handle.done:
+                raise
+            if is_cancellation(exc):
+                handle.cancel(cancel_reason(exc))
+            else:
+                retry = type(exc).__name__ in ("ToolRetryError", "ModelRetry")
+                handle.fail(exc, retryable=True if retry else None)
+            raise
+        if not handle.done:
+            handle.complete(result)
+        return result
+
+
+def capability(tracker: Tracker, *, approval_timeout: float | None = None) -> ToolstreamCapability:
+    """The capability to pass to ``Agent(capabilities=[...])`` or ``agent.run(...,
+    capabilities=[...])``: the agent's tool calls, live, on ``tracker``.
+    ``approval_timeout``: seconds a call that needs approval waits for a person before
+    its approval expires (and the call is denied)."""
+    return ToolstreamCapability(tracker, approval_timeout=approval_timeout)
+
+
+def event_stream_handler(
+    tracker: Tracker,
+) -> Callable[[RunContext[Any], AsyncIterable[Any]], Awaitable[None]]:
+    """A handler for ``agent.run(..., event_stream_handler=...)`` that follows the
+    calls of the stream alone (cards, arguments, progress, results).
+
+    pydantic-ai does not show an event handler a tool's exception (the run ends) nor the
+    run's end: calls whose result never came are ended ``cancelled`` (reason "the run
+    stopped before the call returned") when the stream they started in closes. Prefer
+    :func:`capability`, which sees both.
+    """
+    follower = _follower(tracker)
+
+    async def handle(ctx: RunContext[Any], events: AsyncIterable[Any]) -> None:
+        started: set[str] = set()
+        try:
+            async for event in events:
+                follower.apply(event)
+                if isinstance(event, FunctionToolCallEvent) and event.args_valid:
+                    running = follower._open(event.part.tool_call_id)
+                    if running is not None:
+                        running.start()
+                        started.add(event.part.tool_call_id)
+        finally:
+            for call_id in started:
+                left = follower._open(call_id)
+                if left is not None:
+                    left.cancel("the run stopped before the call returned")
+
+    return handle
+
+
+async def deferred_tool_results(
+    tracker: Tracker, requests: DeferredToolRequests
+) -> DeferredToolResults:
+    """Wait for the decisions on the approvals a run left (``result.output``, a
+    ``DeferredToolRequests``) and return what the next ``agent.run(...,
+    deferred_tool_results=...)`` takes: ``ToolApproved`` (with the person's edited args)
+    or ``ToolDenied`` (with why), per call. Decisions come from the bus (a page, a
+    ``POST``, ``bus.resolve_approval``); an approval that expires is denied."""
+    follower = _follower(tracker)
+    results = DeferredToolResults()
+    for part in requests.approvals:
+        approval_id = follower.approvals.get(part.tool_call_id)
+        if approval_id is None:
+            handle = follower.handle(part.tool_call_id, part.tool_name)
+            if handle.state is not None and handle.state.value == "ready":
+                approval_id = follower.approvals[part.tool_call_id] = handle.await_approval()
+            else:
+                approval_id = handle.approval_id
+        if approval_id is None:
+            raise LookupError(f"no approval was asked for call {part.tool_call_id!r}")
+        decision = await tracker.decision(approval_id)
+        follower.approvals.pop(part.tool_call_id, None)
+        if decision.approved:
+            results.approvals[part.tool_call_id] = ToolApproved(override_args=decision.args)
+        else:
+            why = (
+                "not approved in time"
+                if decision.by == "timeout"
+                else decision.reason or f"denied by {decision.by or 'a person'}"
+            )
+            results.approvals[part.tool_call_id] = ToolDenied(message=why)
+    return results
