@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 from websockets.typing import Origin
 
 import toolstream as ts
@@ -43,11 +44,11 @@ def ws_url(served: Served) -> str:
     return served.url.replace("http://", "ws://") + "/"
 
 
-def send(ws: ClientConnection, **message: Any) -> None:
+def send(ws: Connection, **message: Any) -> None:
     ws.send(json.dumps(message))
 
 
-def recv(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+def recv(ws: Connection, timeout: float = 5.0) -> dict[str, Any]:
     """The next message that is not a keepalive ping."""
     while True:
         message: dict[str, Any] = json.loads(ws.recv(timeout=timeout))
@@ -55,7 +56,7 @@ def recv(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
             return message
 
 
-def close_code(ws: ClientConnection) -> int:
+def close_code(ws: Connection) -> int:
     """Read until the server closes the socket; the close code it sent."""
     try:
         while True:
@@ -66,7 +67,7 @@ def close_code(ws: ClientConnection) -> int:
     return frame.code
 
 
-def until(ws: ClientConnection, predicate: Any, timeout: float = 5.0) -> list[dict[str, Any]]:
+def until(ws: Connection, predicate: Any, timeout: float = 5.0) -> list[dict[str, Any]]:
     out = []
     deadline = time.monotonic() + timeout
     while True:

@@ -1,0 +1,255 @@
+"""The OpenAI Agents SDK through toolstream, against the real SDK, offline: its own
+``agents.testing.ScriptedModel`` makes the calls (no API key, no network).
+
+The SDK runs on asyncio, so these tests do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from agents import Agent, Runner, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import toolstream as ts
+from tests.interop.sessions import run_node_checks, wire
+from tests.interop.test_dialects import strict_agui
+from toolstream import dialects
+from toolstream.dialects import Encoder
+from toolstream.integrations.openai_agents import (
+    ToolstreamHooks,
+    apply_decisions,
+    run_config,
+    track_run,
+)
+from toolstream.testing import assert_lifecycle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+
+@function_tool
+async def web_search(q: str) -> list[str]:
+    """Search the web."""
+    return [f"https://example.com/{q}"]
+
+
+@function_tool
+def shell(cmd: str) -> str:
+    """Run a command."""
+    raise RuntimeError(f"command failed: {cmd}")
+
+
+@function_tool
+async def slow(seconds: float) -> str:
+    """Sleep."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
+@function_tool(needs_approval=True)
+def send_email(to: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+def agent_with(*turns: list[Any]) -> Agent[Any]:
+    model = ScriptedModel([*turns, [assistant_message("done")]])
+    return Agent(name="assistant", model=model, tools=[web_search, shell, slow, send_email])
+
+
+def events_of(bus: ts.EventBus) -> list[ts.Event]:
+    return bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()
+
+
+def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
+    return [e.type for e in events_of(bus) if e.call_id == call_id]
+
+
+async def run(tracker: ts.Tracker, agent: Agent[Any], given: Any, **track: Any) -> Any:
+    result = Runner.run_streamed(
+        agent, given, hooks=ToolstreamHooks(tracker), run_config=run_config(tracker)
+    )
+    async for _ in track_run(tracker, result, **track):
+        pass
+    return result
+
+
+async def test_calls_run_and_end_with_the_models_ids() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = agent_with(
+        [
+            function_call("web_search", {"q": "anyio"}, call_id="call_a"),
+            function_call("web_search", {"q": "trio"}, call_id="call_b"),  # a parallel pair
+        ]
+    )
+    result = await run(tracker, agent, "go")
+    assert result.final_output == "done"
+    tracker.close()
+    assert types_of(bus, "call_a") == [
+        "tool.created",
+        "tool.args.delta",
+        "tool.ready",
+        "tool.started",
+        "tool.completed",
+    ]
+    done = next(
+        e for e in events_of(bus) if isinstance(e, ts.ToolCompleted) and e.call_id == "call_b"
+    )
+    assert done.result == ["https://example.com/trio"]
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["completed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_a_tool_that_raises_ends_failed_not_completed() -> None:
+    """The SDK turns the exception into an output string; the call is still failed."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    result = await run(
+        tracker, agent_with([function_call("shell", {"cmd": "make"}, call_id="call_x")]), "go"
+    )
+    assert result.final_output == "done", "the run goes on, as the SDK decides"
+    tracker.close()
+    assert types_of(bus, "call_x")[-1] == "tool.failed"
+    failed = next(e for e in events_of(bus) if isinstance(e, ts.ToolFailed))
+    assert failed.error.type == "RuntimeError" and "make" in failed.error.message
+
+
+@pytest.mark.parametrize("mode", ["hooks", "stream"])
+async def test_hooks_and_the_stream_each_work_alone(mode: str) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = agent_with(
+        [
+            function_call("web_search", {"q": "x"}, call_id="call_1"),
+            function_call("shell", {"cmd": "y"}, call_id="call_2"),
+        ]
+    )
+    if mode == "hooks":
+        await Runner.run(
+            agent, "go", hooks=ToolstreamHooks(tracker), run_config=run_config(tracker)
+        )
+    else:
+        result = Runner.run_streamed(agent, "go", run_config=run_config(tracker))
+        async for _ in track_run(tracker, result):
+            pass
+    tracker.close()
+    assert types_of(bus, "call_1")[-2:] == ["tool.started", "tool.completed"]
+    assert types_of(bus, "call_2")[-1] == "tool.failed"
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_a_run_cancelled_mid_tool_cancels_the_call() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = agent_with([function_call("slow", {"seconds": 30}, call_id="call_s")])
+    with anyio.move_on_after(0.5):
+        await run(tracker, agent, "go")
+    tracker.close()
+    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["cancelled"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+@pytest.mark.parametrize("verdict", ["approve", "deny", "expire", "edit"])
+async def test_a_tool_that_needs_approval(verdict: str) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = agent_with([function_call("send_email", {"to": "bob"}, call_id="call_m")])
+    timeout = 0.2 if verdict == "expire" else 60
+    first = await run(tracker, agent, "go", approval_timeout=timeout)
+    assert first.interruptions
+    pending = bus.snapshot("s").calls[0]
+    assert pending.state is ts.CallState.AWAITING_APPROVAL and pending.approval is not None
+    approval_id = pending.approval.approval_id
+
+    async def person() -> None:
+        if verdict == "approve":
+            await bus.resolve_approval("s", approval_id, approved=True, by="alice")
+        elif verdict == "edit":
+            await bus.resolve_approval(
+                "s", approval_id, approved=True, by="alice", args={"to": "carol"}
+            )
+        elif verdict == "deny":
+            await bus.resolve_approval("s", approval_id, approved=False, by="alice")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(person)
+        state = await apply_decisions(tracker, first)
+    second = await run(tracker, agent, state)
+    assert second.final_output == "done"
+    tracker.close()
+    kinds = types_of(bus, "call_m")
+    assert kinds.count("tool.approval.requested") == kinds.count("tool.approval.resolved") == 1
+    if verdict == "approve":
+        assert kinds[-2:] == ["tool.started", "tool.completed"]
+    elif verdict == "edit":
+        # the SDK cannot run a call with other arguments: a rejection tells the model them
+        assert kinds[-1] == "tool.cancelled"
+    else:
+        assert kinds[-1] == "tool.denied"
+        denied = next(e for e in events_of(bus) if isinstance(e, ts.ToolDenied))
+        assert denied.by == ("alice" if verdict == "deny" else "timeout")
+    outcomes = [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)]
+    assert outcomes == ["interrupted", "completed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_every_dialect_of_an_agents_run_passes_the_peers_validators() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = agent_with(
+        [
+            function_call("web_search", {"q": "anyio"}, call_id="call_a"),
+            function_call("send_email", {"to": "bob"}, call_id="call_m"),
+        ]
+    )
+    first = await run(tracker, agent, "go")
+    pending = next(c.approval for c in bus.snapshot("s").calls if c.approval)
+    bus.resolve_approval_now("s", pending.approval_id, approved=True, by="alice")
+    await run(tracker, agent, await apply_decisions(tracker, first))
+    tracker.close()
+    events = events_of(bus)
+    cases = []
+    for name in ("agui", "ai_sdk"):
+        encoder = Encoder(dialects.get(name))
+        frames = [f for e in events for f in encoder.encode(e)] + encoder.close()
+        if name == "agui":
+            for frame in frames:
+                strict_agui(frame.message.payload)
+        cases.append({"name": name, "dialect": name, "messages": wire(frames)})
+    results = run_node_checks(cases)
+    assert all(r["ok"] for r in results), results
+    parts = {p["toolCallId"]: p["state"] for m in results[1]["messages"] for p in m["parts"]}
+    assert parts == {"call_a": "output-available", "call_m": "output-available"}
+    assert json.dumps(wire(frames))
+
+
+def test_without_the_sdk_the_import_error_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "try:\n"
+        "    import toolstream.integrations.openai_agents\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert 'pip install "toolstream[openai-agents]"' in done.stdout

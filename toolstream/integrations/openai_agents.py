@@ -1,0 +1,303 @@
+"""The OpenAI Agents SDK: every tool call of a run, live, through toolstream.
+
+::
+
+    from toolstream.integrations.openai_agents import ToolstreamHooks, run_config, track_run
+
+    result = Runner.run_streamed(agent, prompt, hooks=ToolstreamHooks(tracker),
+                                 run_config=run_config(tracker))
+    async for event in track_run(tracker, result):
+        ...                                   # the SDK's own stream events, re-yielded
+
+``track_run`` follows the streamed run: the call's card appears when the model starts
+the call (``response.output_item.added``) and its arguments stream in (the Responses
+deltas carry the item id, correlated here to the call id); ``tool_called`` makes it
+ready and ``tool_output`` ends it. ``ToolstreamHooks`` sees each tool start and end from
+the SDK's ``RunHooks`` (``context.tool_call_id``): with it the card shows the call
+running while it runs (the stream alone cannot tell: the SDK emits ``tool_called`` for a
+call that waits for approval too). Each works alone; together they publish no event
+twice.
+
+The SDK has no tool error hook: a tool that raises becomes an output string ("An error
+occurred while running the tool…"). :func:`run_config` (or :func:`error_formatter` in
+your own ``RunConfig(tool_error_formatter=...)``) is how the integration learns it was a
+failure, with the exception: such a call ends ``tool.failed``, not ``tool.completed``.
+
+``needs_approval`` tools interrupt the run: its calls wait as ``awaiting_approval``, the
+run finishes ``interrupted``; :func:`apply_decisions` waits for the decisions on the bus
+and returns the ``RunState`` to resume with.
+
+Install with ``pip install "toolstream[openai-agents]"``.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from toolstream._core.scopes import is_cancellation
+from toolstream.integrations import require
+
+require("agents", "openai-agents", "the OpenAI Agents SDK")
+
+from agents import (  # noqa: E402 - after the check that names the extra
+    RunConfig,
+    RunHooks,
+    RunState,
+)
+from agents.run_config import ToolErrorFormatterArgs  # noqa: E402
+from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # noqa: E402
+
+if TYPE_CHECKING:
+    from agents import RunResultStreaming
+
+    from toolstream import CallHandle, Tracker
+
+__all__ = [
+    "ToolstreamHooks",
+    "apply_decisions",
+    "error_formatter",
+    "run_config",
+    "track_run",
+]
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of an SDK item, which may be a model object or a plain dict."""
+    if isinstance(item, dict):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+def _args(text: object) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text) if text.strip() else {}
+        except ValueError:
+            return text
+    return {} if text is None else text
+
+
+class _Follower:
+    """What one tracker knows of the SDK's calls: handles by call id, the Responses item
+    id of each streaming call, the failures the error formatter reported, the approvals
+    asked."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.handles: dict[str, CallHandle] = {}
+        self.items: dict[str, str] = {}  # Responses item id -> call id
+        self.failures: dict[str, BaseException | None] = {}
+        self.approvals: dict[str, str] = {}  # call id -> approval id
+        self.run_id: str | None = None
+        self.approval_timeout: float | None = None
+
+    def handle(self, call_id: str, tool: str) -> CallHandle:
+        handle = self.handles.get(call_id)
+        if handle is None or handle.done:
+            handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
+            self.handles[call_id] = handle
+        elif self.run_id is not None and handle.run_id != self.run_id:
+            handle.run_id = self.run_id  # a call resumed by the next run joins it
+        return handle
+
+    def open(self, call_id: str | None) -> CallHandle | None:
+        handle = self.handles.get(call_id or "")
+        return None if handle is None or handle.done else handle
+
+    def started(self, call_id: str, tool: str, arguments: object) -> None:
+        handle = self.handle(call_id, tool)
+        state = handle.state
+        if state is None or state.value in ("created", "ready"):
+            handle.start(_args(arguments))
+
+    def ended(self, call_id: str, output: object) -> None:
+        handle = self.open(call_id)
+        if handle is None:
+            return
+        if call_id in self.failures:
+            error = self.failures.pop(call_id)
+            handle.fail(error if error is not None else str(output))
+        else:
+            handle.complete(output)
+
+    def apply(self, event: object) -> None:
+        if isinstance(event, RawResponsesStreamEvent):
+            self._raw(event.data)
+        elif isinstance(event, RunItemStreamEvent):
+            raw = getattr(event.item, "raw_item", None)
+            call_id = _field(raw, "call_id")
+            if not isinstance(call_id, str):
+                return
+            if event.name == "tool_called":
+                # The model called it: it runs next, or waits for approval (the SDK emits
+                # this for both); ToolstreamHooks says when it really starts.
+                name = _field(raw, "name") or getattr(event.item, "tool_name", None) or "tool"
+                handle = self.handle(call_id, str(name))
+                state = handle.state
+                if state is None or state.value == "created":
+                    handle.ready(_args(_field(raw, "arguments")))
+            elif event.name == "tool_output":
+                self.ended(call_id, getattr(event.item, "output", None))
+
+    def _raw(self, data: Any) -> None:
+        kind = getattr(data, "type", "")
+        if kind == "response.output_item.added":
+            item = getattr(data, "item", None)
+            if _field(item, "type") == "function_call":
+                call_id = str(_field(item, "call_id"))
+                item_id = _field(item, "id")
+                if isinstance(item_id, str):
+                    self.items[item_id] = call_id
+                handle = self.handle(call_id, str(_field(item, "name") or "tool"))
+                if handle.state is None:
+                    handle.args_delta(_field(item, "arguments") or "")  # the card, at once
+        elif kind == "response.function_call_arguments.delta":
+            streaming = self.open(self.items.get(getattr(data, "item_id", "")))
+            delta = getattr(data, "delta", "")
+            state = None if streaming is None else streaming.state
+            if streaming is not None and state is not None and state.value == "created" and delta:
+                streaming.args_delta(delta)
+
+
+_FOLLOWERS: weakref.WeakKeyDictionary[Any, _Follower] = weakref.WeakKeyDictionary()
+
+
+def _follower(tracker: Tracker) -> _Follower:
+    follower = _FOLLOWERS.get(tracker)
+    if follower is None:
+        follower = _FOLLOWERS[tracker] = _Follower(tracker)
+    return follower
+
+
+class ToolstreamHooks(RunHooks[Any]):
+    """``RunHooks`` that announce each tool's start and end on ``tracker`` (the call id is
+    ``context.tool_call_id``). Pass as ``Runner.run(..., hooks=ToolstreamHooks(tracker))``."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        """The tool starts running."""
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str):
+            arguments = getattr(context, "tool_arguments", None)
+            _follower(self.tracker).started(call_id, str(tool.name), arguments)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        """The tool returned (or its exception became an output string)."""
+        call_id = getattr(context, "tool_call_id", None)
+        if not isinstance(call_id, str):
+            return
+        follower = _follower(self.tracker)
+        if getattr(context, "_function_tool_default_failure_handled", False):
+            follower.failures.setdefault(call_id, None)
+        follower.ended(call_id, result)
+
+
+def error_formatter(tracker: Tracker) -> Callable[[ToolErrorFormatterArgs[Any]], str | None]:
+    """A ``RunConfig(tool_error_formatter=...)`` that tells the integration which calls
+    failed (and with what exception); the model still gets the SDK's default message."""
+    follower = _follower(tracker)
+
+    def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+        if args.kind == "tool_exception":
+            follower.failures[args.call_id] = args.error
+        return None
+
+    return formatter
+
+
+def run_config(tracker: Tracker, **options: Any) -> RunConfig:
+    """A ``RunConfig`` (with your ``options``) whose error formatter reports tool failures
+    to the integration."""
+    return RunConfig(tool_error_formatter=error_formatter(tracker), **options)
+
+
+async def track_run(
+    tracker: Tracker,
+    result: RunResultStreaming,
+    *,
+    run_id: str | None = None,
+    approval_timeout: float | None = None,
+) -> AsyncIterator[Any]:
+    """Re-yield the events of ``Runner.run_streamed(...)`` while announcing its calls: one
+    toolstream run per SDK run (finished ``interrupted`` when it stops for approvals;
+    ``approval_timeout`` seconds before an approval expires)."""
+    follower = _follower(tracker)
+    follower.approval_timeout = approval_timeout
+    run = tracker.run(run_id=run_id).start()
+    previous, follower.run_id = follower.run_id, run.run_id
+    try:
+        async for event in result.stream_events():
+            follower.apply(event)
+            yield event
+    except BaseException as exc:
+        follower.run_id = previous
+        if is_cancellation(exc):
+            run.finish("cancelled")
+        else:
+            run.finish("failed", error=exc)
+        raise
+    follower.run_id = previous
+    waiting = False
+    for item in result.interruptions:
+        raw = getattr(item, "raw_item", None)
+        call_id = _field(raw, "call_id")
+        if not isinstance(call_id, str):
+            continue
+        handle = follower.handle(call_id, str(getattr(item, "tool_name", None) or "tool"))
+        state = handle.state
+        if state is None or state.value == "created":
+            handle.ready(_args(_field(raw, "arguments")))
+            state = handle.state
+        if state is not None and state.value == "ready":
+            follower.approvals[call_id] = handle.await_approval(timeout=approval_timeout)
+            waiting = True
+        elif handle.approval_id is not None:
+            waiting = True
+    run.finish("interrupted" if waiting else "completed")
+
+
+async def apply_decisions(tracker: Tracker, result: RunResultStreaming) -> RunState[Any]:
+    """Wait for the decisions on the approvals a run stopped for, and return the
+    ``RunState`` to resume with (``Runner.run_streamed(agent, state, ...)``): approved calls
+    ``state.approve``-d, refused and expired ones ``state.reject``-ed with why.
+
+    The SDK runs an approved call with the arguments the model gave; an approval that
+    edited them is applied as a rejection whose message gives the person's arguments,
+    so the model can call the tool again with them (never a call run with arguments
+    nobody approved)."""
+    follower = _follower(tracker)
+    state: RunState[Any] = result.to_state()
+    for item in result.interruptions:
+        call_id = _field(getattr(item, "raw_item", None), "call_id")
+        approval_id = follower.approvals.get(call_id) if isinstance(call_id, str) else None
+        if approval_id is None:
+            raise LookupError(f"no approval was asked for call {call_id!r} (use track_run)")
+        decision = await tracker.decision(approval_id)
+        follower.approvals.pop(str(call_id), None)
+        if decision.approved and decision.args is None:
+            state.approve(item)
+        elif decision.approved:
+            edited = json.dumps(decision.args, ensure_ascii=False)
+            skipped = follower.open(str(call_id))
+            if skipped is not None:  # this call will not run; the model's next one may
+                skipped.cancel("approved with other arguments: the model is asked to call again")
+            state.reject(
+                item,
+                rejection_message=(
+                    f"A person approved this call with different arguments: {edited}. "
+                    "Call the tool again with them."
+                ),
+            )
+        else:
+            why = (
+                "not approved in time"
+                if decision.by == "timeout"
+                else decision.reason or f"denied by {decision.by or 'a person'}"
+            )
+            state.reject(item, rejection_message=why)
+    return state
