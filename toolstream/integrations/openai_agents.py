@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolstream._core.scopes import is_cancellation
 from toolstream.integrations import require
+from toolstream.integrations._calls import Calls, parse_args
 
 require("agents", "openai-agents", "the OpenAI Agents SDK")
 
@@ -53,7 +54,7 @@ from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # 
 if TYPE_CHECKING:
     from agents import RunResultStreaming
 
-    from toolstream import CallHandle, Tracker
+    from toolstream import Tracker
 
 __all__ = [
     "ToolstreamHooks",
@@ -71,47 +72,17 @@ def _field(item: Any, name: str) -> Any:
     return getattr(item, name, None)
 
 
-def _args(text: object) -> Any:
-    if isinstance(text, str):
-        try:
-            return json.loads(text) if text.strip() else {}
-        except ValueError:
-            return text
-    return {} if text is None else text
-
-
-class _Follower:
-    """What one tracker knows of the SDK's calls: handles by call id, the Responses item
-    id of each streaming call, the failures the error formatter reported, the approvals
-    asked."""
+class _Follower(Calls):
+    """The calls of one tracker, the Responses item id of each streaming call and the
+    failures the error formatter reported."""
 
     def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
-        self.handles: dict[str, CallHandle] = {}
+        super().__init__(tracker)
         self.items: dict[str, str] = {}  # Responses item id -> call id
         self.failures: dict[str, BaseException | None] = {}
-        self.approvals: dict[str, str] = {}  # call id -> approval id
-        self.run_id: str | None = None
-        self.approval_timeout: float | None = None
-
-    def handle(self, call_id: str, tool: str) -> CallHandle:
-        handle = self.handles.get(call_id)
-        if handle is None or handle.done:
-            handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
-            self.handles[call_id] = handle
-        elif self.run_id is not None and handle.run_id != self.run_id:
-            handle.run_id = self.run_id  # a call resumed by the next run joins it
-        return handle
-
-    def open(self, call_id: str | None) -> CallHandle | None:
-        handle = self.handles.get(call_id or "")
-        return None if handle is None or handle.done else handle
 
     def started(self, call_id: str, tool: str, arguments: object) -> None:
-        handle = self.handle(call_id, tool)
-        state = handle.state
-        if state is None or state.value in ("created", "ready"):
-            handle.start(_args(arguments))
+        self.start(call_id, tool, parse_args(arguments))
 
     def ended(self, call_id: str, output: object) -> None:
         handle = self.open(call_id)
@@ -135,10 +106,7 @@ class _Follower:
                 # The model called it: it runs next, or waits for approval (the SDK emits
                 # this for both); ToolstreamHooks says when it really starts.
                 name = _field(raw, "name") or getattr(event.item, "tool_name", None) or "tool"
-                handle = self.handle(call_id, str(name))
-                state = handle.state
-                if state is None or state.value == "created":
-                    handle.ready(_args(_field(raw, "arguments")))
+                self.ready(call_id, str(name), parse_args(_field(raw, "arguments")))
             elif event.name == "tool_output":
                 self.ended(call_id, getattr(event.item, "output", None))
 
@@ -248,15 +216,8 @@ async def track_run(
         call_id = _field(raw, "call_id")
         if not isinstance(call_id, str):
             continue
-        handle = follower.handle(call_id, str(getattr(item, "tool_name", None) or "tool"))
-        state = handle.state
-        if state is None or state.value == "created":
-            handle.ready(_args(_field(raw, "arguments")))
-            state = handle.state
-        if state is not None and state.value == "ready":
-            follower.approvals[call_id] = handle.await_approval(timeout=approval_timeout)
-            waiting = True
-        elif handle.approval_id is not None:
+        tool = str(getattr(item, "tool_name", None) or "tool")
+        if follower.ask(call_id, tool, parse_args(_field(raw, "arguments"))) is not None:
             waiting = True
     run.finish("interrupted" if waiting else "completed")
 

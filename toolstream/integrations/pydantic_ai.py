@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
+from toolstream.integrations._calls import Calls
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai")
 
@@ -55,7 +56,7 @@ from pydantic_ai.messages import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from toolstream import CallHandle, RunScope, Tracker
+    from toolstream import RunScope, Tracker
 
 __all__ = [
     "ToolstreamCapability",
@@ -93,7 +94,7 @@ async def report_progress(
     ``ctx`` is the tool's ``RunContext``; pydantic-ai stamps the event with the call's id.
     """
     for follower in list(_FOLLOWERS.values()):  # reported at once, not when the stream gets it
-        handle = follower._open(ctx.tool_call_id)
+        handle = follower.open(ctx.tool_call_id)
         if handle is not None:
             handle.progress(fraction, current=current, total=total, message=message)
     await ctx.emit(
@@ -101,29 +102,13 @@ async def report_progress(
     )
 
 
-class _Follower:
-    """What one tracker knows of the pydantic-ai calls it follows: the handles by the
-    model's call id, the part index of each call in the response streaming now, and
-    the approvals asked."""
+class _Follower(Calls):
+    """The calls of one tracker, and the part index of each call in the response
+    streaming now."""
 
     def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
-        self.handles: dict[str, CallHandle] = {}
+        super().__init__(tracker)
         self.by_index: dict[int, str] = {}
-        self.approvals: dict[str, str] = {}  # call id -> approval id
-        self.run_id: str | None = None
-        #: Seconds an approval may wait for a person (None: no expiry).
-        self.approval_timeout: float | None = None
-
-    def handle(self, call_id: str, tool: str) -> CallHandle:
-        """The open call of this id, or a new one (a retry of an ended call is new)."""
-        handle = self.handles.get(call_id)
-        if handle is None or handle.done:
-            handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
-            self.handles[call_id] = handle
-        elif self.run_id is not None and handle.run_id != self.run_id:
-            handle.run_id = self.run_id  # a call resumed by the next run joins it
-        return handle
 
     def apply(self, event: object) -> None:
         """Map one event of the agent's stream."""
@@ -142,10 +127,6 @@ class _Follower:
         elif isinstance(event, CustomEvent) and event.tool_call_id:
             self._custom(event)
 
-    def _open(self, call_id: str | None) -> CallHandle | None:
-        handle = self.handles.get(call_id or "")
-        return None if handle is None or handle.done else handle
-
     def _part_start(self, event: PartStartEvent) -> None:
         part = event.part
         if not isinstance(part, ToolCallPart):
@@ -161,7 +142,7 @@ class _Follower:
         delta = event.delta
         if not isinstance(delta, ToolCallPartDelta) or not isinstance(delta.args_delta, str):
             return
-        handle = self._open(delta.tool_call_id or self.by_index.get(event.index))
+        handle = self.open(delta.tool_call_id or self.by_index.get(event.index))
         if handle is not None and delta.args_delta:
             handle.args_delta(delta.args_delta)
 
@@ -178,7 +159,7 @@ class _Follower:
 
     def _tool_result(self, event: FunctionToolResultEvent) -> None:
         part = event.part
-        handle = self._open(part.tool_call_id)
+        handle = self.open(part.tool_call_id)
         if handle is None:
             return
         outcome = part.outcome
@@ -195,14 +176,10 @@ class _Follower:
 
     def _deferred(self, event: DeferredToolRequestsEvent) -> None:
         for part in event.requests.approvals:
-            handle = self.handle(part.tool_call_id, part.tool_name)
-            if handle.state is not None and handle.state.value == "ready":
-                self.approvals[part.tool_call_id] = handle.await_approval(
-                    timeout=self.approval_timeout
-                )
+            self.ask(part.tool_call_id, part.tool_name, part.args_as_dict())
 
     def _custom(self, event: CustomEvent) -> None:
-        handle = self._open(event.tool_call_id)
+        handle = self.open(event.tool_call_id)
         if handle is not None:
             fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
             handle.progress(message=event.name, data=fields)
@@ -314,13 +291,13 @@ def event_stream_handler(
             async for event in events:
                 follower.apply(event)
                 if isinstance(event, FunctionToolCallEvent) and event.args_valid:
-                    running = follower._open(event.part.tool_call_id)
+                    running = follower.open(event.part.tool_call_id)
                     if running is not None:
                         running.start()
                         started.add(event.part.tool_call_id)
         finally:
             for call_id in started:
-                left = follower._open(call_id)
+                left = follower.open(call_id)
                 if left is not None:
                     left.cancel("the run stopped before the call returned")
 
@@ -338,13 +315,9 @@ async def deferred_tool_results(
     follower = _follower(tracker)
     results = DeferredToolResults()
     for part in requests.approvals:
-        approval_id = follower.approvals.get(part.tool_call_id)
-        if approval_id is None:
-            handle = follower.handle(part.tool_call_id, part.tool_name)
-            if handle.state is not None and handle.state.value == "ready":
-                approval_id = follower.approvals[part.tool_call_id] = handle.await_approval()
-            else:
-                approval_id = handle.approval_id
+        approval_id = follower.approvals.get(part.tool_call_id) or follower.ask(
+            part.tool_call_id, part.tool_name, part.args_as_dict()
+        )
         if approval_id is None:
             raise LookupError(f"no approval was asked for call {part.tool_call_id!r}")
         decision = await tracker.decision(approval_id)

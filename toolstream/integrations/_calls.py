@@ -1,0 +1,91 @@
+"""What every integration keeps about the calls of one tracker (one seam, shared)."""
+
+from __future__ import annotations
+
+import json
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolstream import CallHandle, Tracker
+
+__all__ = ["Calls", "calls_of", "parse_args"]
+
+
+class Calls:
+    """The calls a framework reported on one tracker, by the model's call id: a call
+    ended and reported again (a retry with the same id) is a new call; a call waiting
+    for approval that a later run resumes joins that run."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.handles: dict[str, CallHandle] = {}
+        #: call id -> approval id, for approvals asked and not yet applied.
+        self.approvals: dict[str, str] = {}
+        #: The toolstream run the framework's run is now (calls join it).
+        self.run_id: str | None = None
+        #: Seconds an approval may wait for a person (None: no expiry).
+        self.approval_timeout: float | None = None
+
+    def handle(self, call_id: str, tool: str) -> CallHandle:
+        """The open call of this id, or a new one."""
+        handle = self.handles.get(call_id)
+        if handle is None or handle.done:
+            handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
+            self.handles[call_id] = handle
+        elif self.run_id is not None and handle.run_id != self.run_id:
+            handle.run_id = self.run_id
+        return handle
+
+    def open(self, call_id: object) -> CallHandle | None:
+        """The call of this id if it is still open."""
+        handle = self.handles.get(call_id) if isinstance(call_id, str) else None
+        return None if handle is None or handle.done else handle
+
+    def state_of(self, handle: CallHandle) -> str | None:
+        state = handle.state
+        return None if state is None else state.value
+
+    def ready(self, call_id: str, tool: str, args: Any) -> CallHandle:
+        """The call's input is known (a no-op once it was)."""
+        handle = self.handle(call_id, tool)
+        if self.state_of(handle) in (None, "created"):
+            handle.ready(args)
+        return handle
+
+    def start(self, call_id: str, tool: str, args: Any) -> CallHandle:
+        """The call runs (a no-op once it does)."""
+        handle = self.handle(call_id, tool)
+        if self.state_of(handle) in (None, "created", "ready"):
+            handle.start(args)
+        return handle
+
+    def ask(self, call_id: str, tool: str, args: Any, reason: str | None = None) -> str | None:
+        """The call waits for a person; its approval id (None when it cannot wait)."""
+        handle = self.ready(call_id, tool, args)
+        if self.state_of(handle) == "ready":
+            approval_id = handle.await_approval(reason, timeout=self.approval_timeout)
+            self.approvals[call_id] = approval_id
+            return approval_id
+        return handle.approval_id
+
+
+_CALLS: weakref.WeakKeyDictionary[Any, Calls] = weakref.WeakKeyDictionary()
+
+
+def calls_of(tracker: Tracker) -> Calls:
+    """The :class:`Calls` of ``tracker`` (one per tracker, whatever the framework)."""
+    calls = _CALLS.get(tracker)
+    if calls is None:
+        calls = _CALLS[tracker] = Calls(tracker)
+    return calls
+
+
+def parse_args(text: object) -> Any:
+    """A call's arguments from the JSON text a framework gives (the text when invalid)."""
+    if isinstance(text, str):
+        try:
+            return json.loads(text) if text.strip() else {}
+        except ValueError:
+            return text
+    return {} if text is None else text
