@@ -275,8 +275,9 @@ class RunScope:
     ) -> None:
         """Close the run's open calls, then publish ``run.finished`` (once).
 
-        ``"interrupted"``: the run stops to wait for a person; its calls awaiting
-        approval stay open (the run that resumes them adopts them by ``call_id``)."""
+        ``"interrupted"``: the run stops to wait for a person; its calls waiting for a
+        decision (before they run, or asked from inside a running tool the framework
+        suspended) stay open (the run that resumes them adopts them by ``call_id``)."""
         if outcome not in ("completed", "failed", "cancelled", "interrupted"):
             raise ValueError(
                 f"outcome must be completed, failed, cancelled or interrupted, not {outcome!r}"
@@ -289,12 +290,12 @@ class RunScope:
                 t._violation(f"run {self.run_id!r} is {state}", self.run_id, state, "finish")
                 return
             self._finished = True
-            keep = outcome == "interrupted"
+            keep = outcome == "interrupted"  # calls waiting for a decision stay open
             t._close_calls(
                 [
                     h
                     for h in t._open.values()
-                    if h.run_id == self.run_id and not (keep and h._gated())
+                    if h.run_id == self.run_id and not (keep and h._approval is not None)
                 ],
                 "run finished",
             )

@@ -4,12 +4,37 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from toolstream import CallHandle, Tracker
 
-__all__ = ["Calls", "calls_of", "parse_args"]
+__all__ = ["Bounded", "Calls", "calls_of", "parse_args"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Bounded(Generic[K, V]):
+    """A map that keeps its newest ``limit`` entries (correlation ids a framework may
+    never close)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._limit = limit
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._limit:
+            self._items.popitem(last=False)
+
+    def get(self, key: K) -> V | None:
+        return self._items.get(key)
+
+    def pop(self, key: K) -> V | None:
+        return self._items.pop(key, None)
 
 
 class Calls:

@@ -1,0 +1,322 @@
+"""LangChain and LangGraph through toolstream, against the real frameworks, offline: a
+``BaseChatModel`` subclass streams ``AIMessageChunk(tool_call_chunks=...)`` (the stock
+fake chat models drop tool calls when streaming), with LangGraph's ``ToolNode`` and
+``InMemorySaver``. LangGraph's async API runs on asyncio, so these tests do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.tools import InjectedToolCallId, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
+
+import toolstream as ts
+from tests.interop.sessions import run_node_checks, wire
+from tests.interop.test_dialects import strict_agui
+from toolstream import dialects
+from toolstream.dialects import Encoder
+from toolstream.integrations.langchain import ToolstreamCallbackHandler
+from toolstream.integrations.langgraph import report_progress, resume_command, track_graph
+from toolstream.testing import assert_lifecycle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class ScriptedChat(BaseChatModel):
+    """Streams scripted tool-call chunks, one turn per call of the model, then "done"."""
+
+    turns: list[list[dict[str, Any]]] = []  # noqa: RUF012 - a pydantic field, copied per model
+    n: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        raise NotImplementedError("this model only streams")
+
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        turn = self.turns[self.n] if self.n < len(self.turns) else None
+        self.n += 1
+        if turn is None:
+            yield ChatGenerationChunk(message=AIMessageChunk(content="done"))
+            return
+        for item in turn:
+            part: Any = {**item, "type": "tool_call_chunk"}
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[part]))
+            if run_manager is not None:
+                await run_manager.on_llm_new_token("", chunk=chunk)
+            yield chunk
+
+
+def first(name: str, call_id: str, args: str, index: int = 0) -> dict[str, Any]:
+    return {"name": name, "args": args, "id": call_id, "index": index}
+
+
+def more(args: str, index: int = 0) -> dict[str, Any]:
+    return {"name": None, "args": args, "id": None, "index": index}
+
+
+@tool
+async def web_search(q: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> list[str]:
+    """Search the web."""
+    for i in range(2):
+        report_progress(tool_call_id, (i + 1) / 2, message=f"page {i + 1} of 2")
+    return [f"https://example.com/{q}"]
+
+
+@tool
+async def shell(cmd: str) -> str:
+    """Run a command."""
+    raise RuntimeError(f"command failed: {cmd}")
+
+
+@tool
+async def checked(cmd: str) -> str:
+    """A tool whose errors the ToolNode hands back to the model."""
+    raise ToolException(f"bad command: {cmd}")
+
+
+@tool
+async def slow(seconds: float) -> str:
+    """Sleep."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
+@tool
+async def send_email(to: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    """Send an email once a person approves."""
+    decision = interrupt({"tool_call_id": tool_call_id, "reason": "Sends an email"})
+    if not decision["approved"]:
+        return f"not sent: {decision['reason'] or 'denied'}"
+    return f"sent to {(decision['args'] or {}).get('to', to)}"
+
+
+def make_graph(*turns: list[dict[str, Any]]) -> Any:
+    model = ScriptedChat(turns=list(turns))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    tools = [web_search, shell, slow, send_email]
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+CONFIG = {"configurable": {"thread_id": "t1"}}
+
+
+def events_of(bus: ts.EventBus) -> list[ts.Event]:
+    return bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()
+
+
+def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
+    return [e.type for e in events_of(bus) if e.call_id == call_id]
+
+
+async def drain(tracker: ts.Tracker, graph: Any, given: Any, **options: Any) -> list[Any]:
+    return [chunk async for chunk in track_graph(tracker, graph, given, CONFIG, **options)]
+
+
+async def test_calls_stream_run_and_end_with_the_models_ids() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph(
+        [
+            first("web_search", "call_a", '{"q": '),
+            more('"anyio"}'),
+            first("web_search", "call_b", '{"q": "trio"}', index=1),
+        ]
+    )
+    chunks = await drain(tracker, graph, {"messages": [("user", "go")]})
+    assert any("agent" in c for c in chunks), "the updates chunks are re-yielded"
+    tracker.close()
+    assert types_of(bus, "call_a") == [
+        "tool.created",
+        "tool.args.delta",
+        "tool.args.delta",
+        "tool.ready",
+        "tool.started",
+        "tool.progress",
+        "tool.progress",
+        "tool.completed",
+    ]
+    progress = [
+        e for e in events_of(bus) if isinstance(e, ts.ToolProgress) and e.call_id == "call_a"
+    ]
+    assert [(p.fraction, p.message) for p in progress] == [
+        (0.5, "page 1 of 2"),
+        (1.0, "page 2 of 2"),
+    ]
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["completed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_a_tool_that_raises_ends_failed() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph([first("shell", "call_x", '{"cmd": "make"}')])
+    with pytest.raises(RuntimeError, match="command failed"):
+        await drain(tracker, graph, {"messages": [("user", "go")]})
+    tracker.close()
+    assert types_of(bus, "call_x")[-1] == "tool.failed"
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["failed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_a_run_cancelled_mid_tool_cancels_the_call() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph([first("slow", "call_s", '{"seconds": 30}')])
+    with anyio.move_on_after(0.5):
+        await drain(tracker, graph, {"messages": [("user", "go")]})
+    tracker.close()
+    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["cancelled"]
+
+
+@pytest.mark.parametrize("verdict", ["approve", "deny", "expire", "edit"])
+async def test_a_tool_that_asks_a_person(verdict: str) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph([first("send_email", "call_m", '{"to": "bob"}')])
+    timeout = 0.2 if verdict == "expire" else 60
+    await drain(tracker, graph, {"messages": [("user", "go")]}, approval_timeout=timeout)
+    pending = bus.snapshot("s").calls[0]
+    assert pending.approval is not None and pending.approval.reason == "Sends an email"
+    approval_id = pending.approval.approval_id
+
+    async def person() -> None:
+        if verdict in ("approve", "edit"):
+            edited = {"to": "carol"} if verdict == "edit" else None
+            await bus.resolve_approval("s", approval_id, approved=True, by="alice", args=edited)
+        elif verdict == "deny":
+            await bus.resolve_approval("s", approval_id, approved=False, by="alice", reason="no")
+
+    interrupts = (await graph.aget_state(CONFIG)).interrupts
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(person)
+        command = await resume_command(tracker, interrupts)
+    await drain(tracker, graph, command)
+    tracker.close()
+    kinds = types_of(bus, "call_m")
+    assert kinds.count("tool.approval.requested") == kinds.count("tool.approval.resolved") == 1
+    assert kinds[-1] == "tool.completed", "the tool decides what a refusal means"
+    done = next(e for e in events_of(bus) if isinstance(e, ts.ToolCompleted))
+    assert (
+        done.result
+        == {
+            "approve": "sent to bob",
+            "edit": "sent to carol",
+            "deny": "not sent: no",
+            "expire": "not sent: denied",
+        }[verdict]
+    )
+    outcomes = [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)]
+    assert outcomes == ["interrupted", "completed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+async def test_the_callback_handler_alone_on_any_runnable() -> None:
+    """LangChain without LangGraph: the handler in the config of the tool's own calls."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    handler = ToolstreamCallbackHandler(tracker)
+    config: Any = {"callbacks": [handler]}
+    call = {"name": "shell", "args": {"cmd": "ls"}, "id": "call_h", "type": "tool_call"}
+    with pytest.raises(RuntimeError):
+        await shell.ainvoke(call, config=config)
+    checked_call = {"name": "checked", "args": {"cmd": "rm"}, "id": "call_c", "type": "tool_call"}
+    checked.handle_tool_error = True
+    await checked.ainvoke(checked_call, config=config)
+    model = ScriptedChat(turns=[[first("web_search", "call_w", '{"q": "x"}')]])
+    async for _ in model.astream("go", config=config):  # streamed: chunks reach the handler
+        pass
+    tracker.close()
+    assert types_of(bus, "call_h")[-2:] == ["tool.started", "tool.failed"]
+    failed = next(
+        e for e in events_of(bus) if isinstance(e, ts.ToolFailed) and e.call_id == "call_c"
+    )
+    assert failed.error.type == "ToolException", "a handled ToolException is a failure"
+    assert types_of(bus, "call_w")[:2] == ["tool.created", "tool.args.delta"]
+
+
+async def test_every_dialect_of_a_graph_run_passes_the_peers_validators() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph(
+        [
+            first("web_search", "call_a", '{"q": "anyio"}'),
+            first("send_email", "call_m", '{"to": "b"}', 1),
+        ]
+    )
+    await drain(tracker, graph, {"messages": [("user", "go")]})
+    pending = next(c.approval for c in bus.snapshot("s").calls if c.approval)
+    bus.resolve_approval_now("s", pending.approval_id, approved=True, by="alice")
+    command = await resume_command(tracker, (await graph.aget_state(CONFIG)).interrupts)
+    await drain(tracker, graph, command)
+    tracker.close()
+    events = events_of(bus)
+    cases = []
+    for name in ("agui", "ai_sdk"):
+        encoder = Encoder(dialects.get(name))
+        frames = [f for e in events for f in encoder.encode(e)] + encoder.close()
+        if name == "agui":
+            for frame in frames:
+                strict_agui(frame.message.payload)
+        cases.append({"name": name, "dialect": name, "messages": wire(frames)})
+    results = run_node_checks(cases)
+    assert all(r["ok"] for r in results), results
+    parts = {p["toolCallId"]: p["state"] for m in results[1]["messages"] for p in m["parts"]}
+    # LangGraph re-runs the interrupted node: the search in it really runs again, a new
+    # attempt of the same model call (call_a#2)
+    assert parts == {
+        "call_a": "output-available",
+        "call_a#2": "output-available",
+        "call_m": "output-available",
+    }
+
+
+def test_without_langgraph_the_import_error_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['langgraph'] = None\n"
+        "try:\n"
+        "    import toolstream.integrations.langgraph\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert 'pip install "toolstream[langgraph]"' in done.stdout

@@ -1,0 +1,135 @@
+"""LangChain: the tool calls of any runnable, live, through toolstream.
+
+::
+
+    from toolstream.integrations.langchain import ToolstreamCallbackHandler
+
+    await chain.ainvoke(inputs, config={"callbacks": [ToolstreamCallbackHandler(tracker)]})
+
+The handler sees a chat model's streamed tool-call chunks (``on_llm_new_token``: the
+card appears at the model's first token and its arguments stream in), each tool's start
+and end (``on_tool_start`` / ``on_tool_end`` / ``on_tool_error``, correlated by the
+``tool_call_id`` LangChain passes when a tool runs for a tool call), and custom events
+(``adispatch_custom_event`` with ``{"tool_call_id", "progress"?, "message"?}``) as
+progress. A handled ``ToolException`` comes back as a ``ToolMessage`` with
+``status="error"``: that is ``tool.failed``, not ``tool.completed``.
+
+Install with ``pip install "toolstream[langgraph]"``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from toolstream.integrations import require
+from toolstream.integrations._calls import Bounded, Calls, calls_of
+
+require("langchain_core", "langgraph", "LangChain")
+
+from langchain_core.callbacks import AsyncCallbackHandler  # noqa: E402
+
+if TYPE_CHECKING:
+    from toolstream import Tracker
+
+__all__ = ["ToolstreamCallbackHandler", "apply_chunk", "apply_custom", "end_call"]
+
+
+def apply_chunk(calls: Calls, message: Any) -> None:
+    """An ``AIMessageChunk``'s ``tool_call_chunks``: a card at a call's first chunk, its
+    arguments as they stream (chunks after the first carry only their ``index``)."""
+    chunks = getattr(message, "tool_call_chunks", None) or ()
+    key = getattr(message, "id", None) or ""
+    for chunk in chunks:
+        index = chunk.get("index")
+        call_id = chunk.get("id")
+        slot = (key, index)
+        if call_id:
+            _INDEX[slot] = call_id
+        else:
+            call_id = _INDEX.get(slot)
+        if not call_id:
+            continue
+        handle = calls.handle(call_id, chunk.get("name") or "tool")
+        if calls.state_of(handle) in (None, "created"):
+            handle.args_delta(chunk.get("args") or "")
+
+
+# (message id, chunk index) -> call id: a chunk after the first names only its index.
+_INDEX: Bounded[tuple[str, Any], str] = Bounded()
+
+
+def end_call(calls: Calls, call_id: object, output: Any) -> None:
+    """A tool's output: ``tool.completed`` — or ``tool.failed`` for a ``ToolMessage``
+    with ``status="error"`` (a handled ``ToolException``)."""
+    handle = calls.open(call_id)
+    if handle is None:
+        return
+    if getattr(output, "status", None) == "error":
+        handle.fail({"type": "ToolException", "message": str(getattr(output, "content", ""))})
+    else:
+        handle.complete(getattr(output, "content", output))
+
+
+def apply_custom(calls: Calls, data: Any) -> None:
+    """A custom chunk ``{"tool_call_id", "progress"?, "message"?, ...}``: progress."""
+    if not isinstance(data, dict):
+        return
+    handle = calls.open(data.get("tool_call_id"))
+    if handle is None:
+        return
+    fraction = data.get("progress")
+    message = data.get("message")
+    extra = {k: v for k, v in data.items() if k not in ("tool_call_id", "progress", "message")}
+    handle.progress(
+        fraction if isinstance(fraction, (int, float)) else None,
+        message=message if isinstance(message, str) else None,
+        data=extra or None,
+    )
+
+
+class ToolstreamCallbackHandler(AsyncCallbackHandler):
+    """A LangChain callback handler that announces tool calls on ``tracker``:
+    ``config={"callbacks": [ToolstreamCallbackHandler(tracker)]}``."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.calls = calls_of(tracker)
+        self._runs: dict[UUID, str] = {}  # the tool's run id -> call id
+
+    async def on_llm_new_token(
+        self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
+    ) -> None:
+        """A streamed chunk: its tool-call chunks open cards and stream arguments."""
+        message = getattr(chunk, "message", None)
+        if message is not None:
+            apply_chunk(self.calls, message)
+
+    async def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A tool starts; calls without a model's call id get one of their own."""
+        call_id = kwargs.get("tool_call_id") or f"lc_{run_id.hex[:16]}"
+        self._runs[run_id] = call_id
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+        self.calls.start(call_id, name, inputs if inputs is not None else input_str)
+
+    async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """A tool returned (a ``ToolMessage`` of status ``error`` is a failure)."""
+        end_call(self.calls, self._runs.pop(run_id, None), output)
+
+    async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """A tool raised."""
+        handle = self.calls.open(self._runs.pop(run_id, None) or kwargs.get("tool_call_id"))
+        if handle is not None:
+            handle.fail(error)
+
+    async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """``adispatch_custom_event(name, {"tool_call_id", "progress", "message"})``."""
+        apply_custom(self.calls, data)

@@ -1,0 +1,175 @@
+"""LangGraph: the tool calls of a graph run, live, through toolstream.
+
+::
+
+    from toolstream.integrations.langgraph import track_graph
+
+    async for chunk in track_graph(tracker, graph, inputs, config):
+        ...                                     # the graph's own chunks, re-yielded
+
+``track_graph`` streams the graph with the modes it needs (``messages`` for the model's
+tool-call chunks, ``tools`` for each tool's start, output and end with its
+``tool_call_id``, ``custom`` for progress, ``updates`` for interrupts) and re-yields the
+modes you asked for (``stream_mode``, default ``"updates"``). One toolstream run per
+graph invocation. A tool that asks a person with ``interrupt({"tool_call_id": ...,
+"reason": ...})`` makes the call wait for a decision and the run finish
+``interrupted``; :func:`resume_command` waits for the decisions on the bus and builds
+the ``Command(resume=...)`` that continues the graph. Tools report progress with
+:func:`report_progress` (or write ``{"tool_call_id", "progress", "message"}`` to the
+stream writer themselves).
+
+Install with ``pip install "toolstream[langgraph]"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from toolstream._core.scopes import is_cancellation
+from toolstream.integrations import require
+from toolstream.integrations._calls import Bounded, calls_of
+from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
+
+require("langgraph", "langgraph", "LangGraph")
+
+from langgraph.config import get_stream_writer  # noqa: E402
+from langgraph.types import Command  # noqa: E402
+
+if TYPE_CHECKING:
+    from toolstream import Tracker
+
+__all__ = ["report_progress", "resume_command", "track_graph"]
+
+#: The stream modes the integration reads.
+NEEDED = ("messages", "tools", "custom", "updates")
+
+
+def report_progress(
+    tool_call_id: str, fraction: float | None = None, *, message: str | None = None
+) -> None:
+    """From inside a tool run by the graph: its progress (``tool_call_id`` is the tool's
+    ``InjectedToolCallId``). Written to the graph's stream writer; ``track_graph`` reads it."""
+    writer = get_stream_writer()
+    writer({"tool_call_id": tool_call_id, "progress": fraction, "message": message})
+
+
+async def track_graph(
+    tracker: Tracker,
+    graph: Any,
+    input: Any,
+    config: Any = None,
+    *,
+    stream_mode: str | Sequence[str] = "updates",
+    run_id: str | None = None,
+    approval_timeout: float | None = None,
+    **options: Any,
+) -> AsyncIterator[Any]:
+    """Stream ``graph`` with ``input`` and ``config`` (``graph.astream``), announcing its
+    tool calls on ``tracker``; re-yield the chunks of ``stream_mode`` as ``astream`` would
+    (a chunk for one mode, ``(mode, chunk)`` for several)."""
+    asked = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+    modes = list(dict.fromkeys([*asked, *NEEDED]))
+    single = isinstance(stream_mode, str)
+    calls = calls_of(tracker)
+    calls.approval_timeout = approval_timeout
+    run = tracker.run(run_id=run_id).start()
+    previous, calls.run_id = calls.run_id, run.run_id
+    waiting = False
+    try:
+        async for mode, chunk in graph.astream(input, config, stream_mode=modes, **options):
+            if mode == "messages":
+                message = chunk[0] if isinstance(chunk, tuple) else chunk
+                apply_chunk(calls, message)
+            elif mode == "tools" and isinstance(chunk, dict):
+                _tool_event(calls, chunk)
+            elif mode == "custom":
+                apply_custom(calls, chunk)
+            elif mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+                waiting = _interrupts(calls, chunk["__interrupt__"]) or waiting
+            if mode in asked:
+                yield chunk if single else (mode, chunk)
+    except BaseException as exc:
+        calls.run_id = previous
+        if is_cancellation(exc):
+            run.finish("cancelled")
+        else:
+            run.finish("failed", error=exc)
+        raise
+    calls.run_id = previous
+    run.finish("interrupted" if waiting else "completed")
+
+
+def _tool_event(calls: Any, data: dict[str, Any]) -> None:
+    call_id = data.get("tool_call_id")
+    if not isinstance(call_id, str):
+        return
+    kind = data.get("event")
+    if kind == "tool-started":
+        calls.start(call_id, str(data.get("tool_name") or "tool"), data.get("input") or {})
+    elif kind == "tool-output-delta":
+        handle = calls.open(call_id)
+        if handle is not None:
+            delta = data.get("delta")
+            if isinstance(delta, str):
+                handle.output_delta(delta)
+            else:
+                handle.output_partial(delta)
+    elif kind == "tool-finished":
+        end_call(calls, call_id, data.get("output"))
+    elif kind == "tool-error":
+        handle = calls.open(call_id)
+        if handle is not None:
+            handle.fail({"type": "ToolError", "message": str(data.get("message", ""))})
+
+
+def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
+    """The graph stopped for ``interrupts``: those naming a call make it wait for a
+    person. True when any does."""
+    waiting = False
+    for item in interrupts:
+        value = getattr(item, "value", None)
+        if not isinstance(value, dict):
+            continue
+        handle = calls.open(value.get("tool_call_id"))
+        if handle is None:
+            continue
+        if handle.approval_id is None:
+            reason = value.get("reason")
+            approval_id = handle.await_approval(
+                reason if isinstance(reason, str) else None, timeout=calls.approval_timeout
+            )
+            calls.approvals[handle.call_id] = approval_id
+        _INTERRUPTS[getattr(item, "id", "")] = handle.call_id
+        waiting = True
+    return waiting
+
+
+# interrupt id -> call id, for resume_command.
+_INTERRUPTS: Bounded[str, str] = Bounded()
+
+
+async def resume_command(tracker: Tracker, interrupts: Sequence[Any]) -> Command[Any]:
+    """Wait for the decisions on the calls the graph stopped for (``interrupts``: from
+    ``(await graph.aget_state(config)).interrupts``) and build the ``Command(resume=...)``
+    that continues it: each interrupt's ``interrupt()`` returns ``{"approved", "by",
+    "reason", "args"}`` (``args``: the person's edited arguments, or None)."""
+    calls = calls_of(tracker)
+    resume: dict[str, Any] = {}
+    for item in interrupts:
+        interrupt_id = getattr(item, "id", "")
+        call_id = _INTERRUPTS.pop(interrupt_id)
+        value = getattr(item, "value", None)
+        if call_id is None and isinstance(value, dict):
+            call_id = value.get("tool_call_id")
+        approval_id = calls.approvals.pop(call_id, None) if isinstance(call_id, str) else None
+        if approval_id is None:
+            raise LookupError(f"interrupt {interrupt_id!r} waits for no approval (use track_graph)")
+        decision = await tracker.decision(approval_id)
+        resume[interrupt_id] = {
+            "approved": decision.approved,
+            "by": decision.by,
+            "reason": decision.reason,
+            "args": decision.args,
+        }
+    return Command(resume=resume)
