@@ -19,6 +19,7 @@ from benchmarks import (
     bench_approvals,
     bench_bus,
     bench_callbacks,
+    bench_integrations,
     bench_memory,
     bench_redis,
     bench_scaling,
@@ -40,6 +41,7 @@ SUITES: list[tuple[str, Any]] = [
     ("websocket", bench_ws),
     ("redis", bench_redis),
     ("approvals", bench_approvals),
+    ("integrations", bench_integrations),
 ]
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"

@@ -84,3 +84,12 @@ def test_approval_benchmark_runs_and_reports() -> None:
     results = bench_approvals.run(quick=True)
     assert results["eventbus"]["rounds"] == 30 and results["eventbus"]["p99_ms"] > 0
     assert "Approval round trip" in bench_approvals.report(results)
+
+
+def test_integration_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_integrations
+
+    results = bench_integrations.run(quick=True)
+    assert set(results) == {"pydantic-ai", "openai-agents", "langgraph"}
+    assert all(r["ratio"] > 0 for r in results.values())
+    assert "a run of 10 tool calls" in bench_integrations.report(results)
