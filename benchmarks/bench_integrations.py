@@ -212,7 +212,7 @@ FRAMEWORKS: dict[str, Callable[[], Any]] = {
 async def _measure(name: str, runs: int, rounds: int) -> dict[str, float | None]:
     plain, tracked = FRAMEWORKS[name]()
     hooks = _pydantic_ai_hooks() if name == "pydantic-ai" else None
-    bus = ts.EventBus(replay=100)
+    bus = ts.EventBus()  # the defaults a gateway runs with
     sub = bus.subscribe(session="bench", buffer=1_000_000)
     tracker = ts.Tracker(bus, "bench")
     for _ in range(3):  # warm up both paths
