@@ -21,12 +21,17 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@touch $@
 
 # make demo HOST=0.0.0.0 PORT=9000, and ARGS="--turns 3 --speed 2" for more options.
+# make demo AGENT=langgraph (or pydantic-ai, openai-agents): the scenario through that
+# framework and its own fake model (its extra is installed first).
 HOST ?= 127.0.0.1
 PORT ?= 8765
 ARGS ?=
+AGENT ?= simulated
 
 demo: $(VENV)/.installed-demo
-	$(BIN)/toolstream demo --host $(HOST) --port $(PORT) $(ARGS)
+	@if [ "$(AGENT)" != "simulated" ]; then \
+		$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[cli,$(AGENT)]'; fi
+	$(BIN)/toolstream demo --host $(HOST) --port $(PORT) --agent $(AGENT) $(ARGS)
 
 test: lint typecheck pytest
 

@@ -18,7 +18,8 @@ import pytest
 from websockets.sync.client import connect
 
 import toolstream as ts
-from toolstream.demo import DEMO_SECRET, build_app, run_agent
+from toolstream.demo import DEMO_SECRET, build_app
+from toolstream.demo.frameworks import agent_runner
 
 from .browser import browser_page, wait_for
 from .servers import Served, bind, free_port, serve
@@ -37,10 +38,12 @@ class Agent:
         speed: float,
         turns: int | None,
         approval_timeout: float = 1.5,
+        framework: str = "simulated",
     ) -> None:
         self.bus = bus
         self.stop = threading.Event()
         self.approval_timeout = approval_timeout
+        self.runner = agent_runner(framework)
         self.thread = threading.Thread(target=self._run, args=(speed, turns), daemon=True)
         self.thread.start()
 
@@ -54,7 +57,7 @@ class Agent:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                await run_agent(
+                await self.runner(
                     tracker, turns=turns, speed=speed, approval_timeout=self.approval_timeout
                 )
                 tg.cancel_scope.cancel()
@@ -432,7 +435,16 @@ def test_make_demo_takes_host_port_and_args() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "toolstream demo --host 0.0.0.0 --port 9123 --turns 2" in done.stdout
+    assert "toolstream demo --host 0.0.0.0 --port 9123 --agent simulated --turns 2" in done.stdout
+    with_agent = subprocess.run(
+        ["make", "-n", "demo", "AGENT=langgraph"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "-e '.[cli,langgraph]'" in with_agent.stdout
+    assert "--agent langgraph" in with_agent.stdout
 
 
 @pytest.mark.parametrize("transport", ["sse", "ws"])
@@ -482,3 +494,48 @@ def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
     finally:
         agent.close()
         bus.close()
+
+
+@pytest.mark.parametrize("framework", ["pydantic-ai", "openai-agents", "langgraph"])
+def test_the_page_shows_a_frameworks_calls(framework: str) -> None:
+    """``toolstream demo --agent <framework>``: the scenario through the real framework and
+    its fake model; its calls (the model's ids) on the page, a click approves the email."""
+    bus = ts.EventBus()
+    agent = Agent(bus, speed=4.0, turns=1, approval_timeout=240.0, framework=framework)
+    try:
+        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{served.url}/")
+            waiting = "#call-call_1_email .approval:not([hidden])"
+            wait_for(page, f"document.querySelector('{waiting}') !== null", timeout=30)
+            page.click("#call-call_1_email .approve")
+            wait_for(
+                page,
+                "document.querySelector('#call-call_1_email').dataset.state === 'completed'",
+                timeout=30,
+            )
+            states = page.evaluate(f"Object.fromEntries({CALLS}.map(c => [c.call_id, c.state]))")
+            assert states["call_1_search"] == "completed"
+            assert states["call_1_fetch1"] == states["call_1_fetch2"] == "completed"
+            assert states["call_1_shell"] == "failed"
+            summary = page.evaluate(f"{CALLS}.find(c => c.call_id === 'call_1_email').summary")
+            assert "sent to team@" in summary, summary
+            assert errors == []
+    finally:
+        agent.close()
+        bus.close()
+
+
+def test_an_agent_whose_framework_is_missing_gets_one_line() -> None:
+    code = (
+        "import sys; sys.modules['langgraph'] = None\n"
+        "from toolstream.cli import main\n"
+        "sys.exit(main(['demo', '--agent', 'langgraph', '--terminal', '--turns', '1']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert 'pip install "toolstream[langgraph]"' in done.stderr

@@ -38,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
         help="no server: watch the calls in this terminal instead",
     )
     demo.add_argument("--plain", action="store_true", help="with --terminal: one line per event")
+    demo.add_argument(
+        "--agent",
+        default="simulated",
+        choices=["simulated", "pydantic-ai", "openai-agents", "langgraph"],
+        help="who makes the calls: the simulated agent (default), or a framework driven by "
+        "its own fake model through toolstream's integration (no API key)",
+    )
     tail = commands.add_parser(
         "tail",
         help="follow a toolstream endpoint in the terminal",
@@ -68,13 +75,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.speed > 0:
             print("toolstream demo: --speed must be positive", file=sys.stderr)
             return 2
+        from toolstream.demo.frameworks import missing_framework
+
+        missing = missing_framework(args.agent)
+        if missing is not None:
+            print(f"toolstream demo: --agent {args.agent}: {missing}", file=sys.stderr)
+            return 1
         if args.terminal:
             from .demo import run_demo
 
-            return run_demo(turns=args.turns, speed=args.speed, plain=args.plain)
+            return run_demo(turns=args.turns, speed=args.speed, plain=args.plain, agent=args.agent)
         from .web import run_web_demo
 
-        return run_web_demo(host=args.host, port=args.port, turns=args.turns, speed=args.speed)
+        return run_web_demo(
+            host=args.host, port=args.port, turns=args.turns, speed=args.speed, agent=args.agent
+        )
     if args.command == "tail":
         from .tail import run_tail
 

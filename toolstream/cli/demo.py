@@ -8,7 +8,7 @@ import sys
 import anyio
 
 from toolstream import EventBus, LiveView, Tracker, to_dict
-from toolstream.demo.agent import run_agent
+from toolstream.demo.frameworks import agent_runner
 
 __all__ = ["run_demo"]
 
@@ -42,22 +42,23 @@ async def _watch(bus: EventBus, session: str, *, plain: bool, done: anyio.Event)
     done.set()
 
 
-async def _main(turns: int | None, speed: float, plain: bool) -> None:
+async def _main(turns: int | None, speed: float, plain: bool, agent: str) -> None:
     bus = EventBus()
     done = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: _watch(bus, "demo", plain=plain, done=done))
         async with Tracker(bus, "demo") as tracker:
             # Nobody can click in a terminal: the approval is shown, then expires.
-            await run_agent(tracker, turns=turns, speed=speed, approval_timeout=4.0)
+            runner = agent_runner(agent)
+            await runner(tracker, turns=turns, speed=speed, approval_timeout=4.0)
         await anyio.sleep(0.2)
         await bus.aclose()
 
 
-def run_demo(*, turns: int | None, speed: float, plain: bool) -> int:
+def run_demo(*, turns: int | None, speed: float, plain: bool, agent: str = "simulated") -> int:
     """Run the terminal demo until ``turns`` are done or Ctrl-C; returns the exit code."""
     try:
-        anyio.run(_main, turns, speed, plain)
+        anyio.run(_main, turns, speed, plain, agent, backend="asyncio")
     except KeyboardInterrupt:
         print("\ntoolstream demo: stopped", file=sys.stderr)
     return 0

@@ -33,7 +33,9 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def run_web_demo(*, host: str, port: int, turns: int | None, speed: float) -> int:
+def run_web_demo(
+    *, host: str, port: int, turns: int | None, speed: float, agent: str = "simulated"
+) -> int:
     """Serve the demo; returns the exit code."""
     from toolstream.demo import serve
 
@@ -62,7 +64,13 @@ def run_web_demo(*, host: str, port: int, turns: int | None, speed: float) -> in
     try:
         anyio.run(
             lambda: serve(
-                host=host, port=port, turns=turns, speed=speed, on_ready=ready, sock=sock
+                host=host,
+                port=port,
+                turns=turns,
+                speed=speed,
+                on_ready=ready,
+                sock=sock,
+                agent=agent,
             ),
             backend="asyncio",
         )

@@ -21,6 +21,7 @@ from toolstream.sse import SSEApp
 from toolstream.websocket import WebSocketApp
 
 from .agent import DEMO_SECRET, run_agent
+from .frameworks import agent_runner
 
 logger = logging.getLogger("toolstream.demo")
 
@@ -119,11 +120,14 @@ async def serve(
     bus: ts.EventBus | None = None,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
+    agent: str = "simulated",
 ) -> None:
     """Run the gateway under uvicorn and the simulated agent on session ``demo`` until
     the server exits (Ctrl-C), or, with ``turns``, until the agent's turns are done (the
     server then stops too, a second later: the page gets the last events). ``sock``: a
-    socket already bound (uvicorn binds ``host:port`` itself otherwise)."""
+    socket already bound (uvicorn binds ``host:port`` itself otherwise). ``agent``: the
+    simulated agent, or a framework driven by its own fake model (``pydantic-ai``,
+    ``openai-agents``, ``langgraph``)."""
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
@@ -134,13 +138,14 @@ async def serve(
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
 
-        async def agent() -> None:
+        async def drive() -> None:
             while not server.started:  # noqa: ASYNC110 - uvicorn sets a flag, not an event
                 await anyio.sleep(0.05)
             if on_ready is not None:
                 on_ready(f"http://{host}:{port}/")
+            runner = agent_runner(agent)
             async with ts.Tracker(bus, SESSION) as tracker:
-                await run_agent(tracker, turns=turns, speed=speed)
+                await runner(tracker, turns=turns, speed=speed)
             if turns is not None:
                 await anyio.sleep(1.0)
                 server.should_exit = True
@@ -150,4 +155,4 @@ async def serve(
             tg.cancel_scope.cancel()  # Ctrl-C: the agent stops with the server
 
         tg.start_soon(server_task)
-        tg.start_soon(agent)
+        tg.start_soon(drive)

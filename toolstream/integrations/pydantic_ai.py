@@ -148,6 +148,10 @@ class _Follower(Calls):
 
     def _tool_call(self, event: FunctionToolCallEvent) -> None:
         part = event.part
+        if event.args_valid is None and self.open(part.tool_call_id) is None:
+            # Settled without running in this step (a resumed deferred call that was not
+            # approved...): its call has ended already; the result event says no more.
+            return
         handle = self.handle(part.tool_call_id, part.tool_name)
         if handle.state is None or handle.state.value == "created":
             handle.ready(part.args_as_dict() if event.args_valid is not False else part.args)
