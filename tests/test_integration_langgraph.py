@@ -21,10 +21,12 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
 
 import toolstream as ts
-from tests.interop.sessions import run_node_checks, wire
-from tests.interop.test_dialects import strict_agui
-from toolstream import dialects
-from toolstream.dialects import Encoder
+from tests.integration_checks import (
+    ai_sdk_part_states,
+    events_of,
+    import_error_names_the_extra,
+    types_of,
+)
 from toolstream.integrations.langchain import ToolstreamCallbackHandler
 from toolstream.integrations.langgraph import report_progress, resume_command, track_graph
 from toolstream.testing import assert_lifecycle
@@ -132,14 +134,6 @@ def make_graph(*turns: list[dict[str, Any]]) -> Any:
 
 
 CONFIG = {"configurable": {"thread_id": "t1"}}
-
-
-def events_of(bus: ts.EventBus) -> list[ts.Event]:
-    return bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()
-
-
-def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
-    return [e.type for e in events_of(bus) if e.call_id == call_id]
 
 
 async def drain(tracker: ts.Tracker, graph: Any, given: Any, **options: Any) -> list[Any]:
@@ -285,17 +279,7 @@ async def test_every_dialect_of_a_graph_run_passes_the_peers_validators() -> Non
     await drain(tracker, graph, command)
     tracker.close()
     events = events_of(bus)
-    cases = []
-    for name in ("agui", "ai_sdk"):
-        encoder = Encoder(dialects.get(name))
-        frames = [f for e in events for f in encoder.encode(e)] + encoder.close()
-        if name == "agui":
-            for frame in frames:
-                strict_agui(frame.message.payload)
-        cases.append({"name": name, "dialect": name, "messages": wire(frames)})
-    results = run_node_checks(cases)
-    assert all(r["ok"] for r in results), results
-    parts = {p["toolCallId"]: p["state"] for m in results[1]["messages"] for p in m["parts"]}
+    parts = ai_sdk_part_states(events)
     # LangGraph re-runs the interrupted node: the search in it really runs again, a new
     # attempt of the same model call (call_a#2)
     assert parts == {
@@ -306,17 +290,4 @@ async def test_every_dialect_of_a_graph_run_passes_the_peers_validators() -> Non
 
 
 def test_without_langgraph_the_import_error_names_the_extra() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.modules['langgraph'] = None\n"
-        "try:\n"
-        "    import toolstream.integrations.langgraph\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert 'pip install "toolstream[langgraph]"' in done.stdout
+    import_error_names_the_extra("toolstream.integrations.langgraph", "langgraph", "langgraph")

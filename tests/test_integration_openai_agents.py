@@ -6,7 +6,6 @@ The SDK runs on asyncio, so these tests do.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
@@ -15,10 +14,12 @@ from agents import Agent, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import toolstream as ts
-from tests.interop.sessions import run_node_checks, wire
-from tests.interop.test_dialects import strict_agui
-from toolstream import dialects
-from toolstream.dialects import Encoder
+from tests.integration_checks import (
+    ai_sdk_part_states,
+    events_of,
+    import_error_names_the_extra,
+    types_of,
+)
 from toolstream.integrations.openai_agents import (
     ToolstreamHooks,
     apply_decisions,
@@ -68,14 +69,6 @@ def send_email(to: str) -> str:
 def agent_with(*turns: list[Any]) -> Agent[Any]:
     model = ScriptedModel([*turns, [assistant_message("done")]])
     return Agent(name="assistant", model=model, tools=[web_search, shell, slow, send_email])
-
-
-def events_of(bus: ts.EventBus) -> list[ts.Event]:
-    return bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()
-
-
-def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
-    return [e.type for e in events_of(bus) if e.call_id == call_id]
 
 
 async def run(tracker: ts.Tracker, agent: Agent[Any], given: Any, **track: Any) -> Any:
@@ -223,33 +216,9 @@ async def test_every_dialect_of_an_agents_run_passes_the_peers_validators() -> N
     await run(tracker, agent, await apply_decisions(tracker, first))
     tracker.close()
     events = events_of(bus)
-    cases = []
-    for name in ("agui", "ai_sdk"):
-        encoder = Encoder(dialects.get(name))
-        frames = [f for e in events for f in encoder.encode(e)] + encoder.close()
-        if name == "agui":
-            for frame in frames:
-                strict_agui(frame.message.payload)
-        cases.append({"name": name, "dialect": name, "messages": wire(frames)})
-    results = run_node_checks(cases)
-    assert all(r["ok"] for r in results), results
-    parts = {p["toolCallId"]: p["state"] for m in results[1]["messages"] for p in m["parts"]}
+    parts = ai_sdk_part_states(events)
     assert parts == {"call_a": "output-available", "call_m": "output-available"}
-    assert json.dumps(wire(frames))
 
 
 def test_without_the_sdk_the_import_error_names_the_extra() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.modules['agents'] = None\n"
-        "try:\n"
-        "    import toolstream.integrations.openai_agents\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert 'pip install "toolstream[openai-agents]"' in done.stdout
+    import_error_names_the_extra("toolstream.integrations.openai_agents", "agents", "openai-agents")

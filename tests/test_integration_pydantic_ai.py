@@ -7,7 +7,6 @@ these tests run on asyncio.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -17,8 +16,12 @@ from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 import toolstream as ts
-from tests.interop.sessions import run_node_checks, wire
-from tests.interop.test_dialects import strict_agui
+from tests.integration_checks import (
+    ai_sdk_part_states,
+    events_of,
+    import_error_names_the_extra,
+    types_of,
+)
 from toolstream import dialects
 from toolstream.dialects import Encoder
 from toolstream.integrations.pydantic_ai import (
@@ -58,14 +61,6 @@ def call(index: int, name: str, call_id: str, args: str) -> dict[int, DeltaToolC
 
 def more(index: int, args: str) -> dict[int, DeltaToolCall]:
     return {index: DeltaToolCall(json_args=args)}
-
-
-def events_of(bus: ts.EventBus) -> list[ts.Event]:
-    return bus.subscribe(session="s", after=f"{bus.epoch}-0").take_nowait()
-
-
-def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
-    return [e.type for e in events_of(bus) if e.call_id == call_id]
 
 
 def make_agent(model: FunctionModel, **options: Any) -> Agent[None, Any]:
@@ -242,35 +237,14 @@ async def test_every_dialect_of_a_pydantic_ai_run_passes_the_peers_validators() 
     )
     tracker.close()
     events = events_of(bus)
-    cases = []
-    for name in ("agui", "ai_sdk"):
-        encoder = Encoder(dialects.get(name))
-        frames = [f for e in events for f in encoder.encode(e)] + encoder.close()
-        if name == "agui":
-            for frame in frames:
-                strict_agui(frame.message.payload)
-        cases.append({"name": name, "dialect": name, "messages": wire(frames)})
-    results_ = run_node_checks(cases)
-    assert all(r["ok"] for r in results_), results_
-    parts = [p for m in results_[1]["messages"] for p in m["parts"]]
-    assert {p["toolCallId"]: p["state"] for p in parts}["call_m"] == "output-available"
+    parts = ai_sdk_part_states(events)
+    assert parts["call_m"] == "output-available"
     hermes = Encoder(dialects.get("hermes"))
-    statuses = [json.loads(json.dumps(f.message.payload)) for e in events for f in hermes.encode(e)]
-    assert any(s.get("type") == "hermes.approval" for s in statuses)
+    payloads = [f.message.payload for e in events for f in hermes.encode(e)]
+    assert any(isinstance(p, dict) and p.get("type") == "hermes.approval" for p in payloads)
 
 
 def test_without_the_framework_the_import_error_names_the_extra() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.modules['pydantic_ai'] = None\n"
-        "try:\n"
-        "    import toolstream.integrations.pydantic_ai\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
+    import_error_names_the_extra(
+        "toolstream.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert 'pip install "toolstream[pydantic-ai]"' in done.stdout

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from toolstream._core.scopes import is_cancellation
 
 if TYPE_CHECKING:
     from toolstream import CallHandle, Tracker
 
-__all__ = ["Bounded", "Calls", "calls_of", "parse_args"]
+__all__ = [
+    "Bounded",
+    "Calls",
+    "Outcome",
+    "calls_of",
+    "every_calls",
+    "follower_of",
+    "framework_run",
+    "parse_args",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -95,15 +108,66 @@ class Calls:
         return handle.approval_id
 
 
-_CALLS: weakref.WeakKeyDictionary[Any, Calls] = weakref.WeakKeyDictionary()
+C = TypeVar("C", bound=Calls)
+
+_CALLS: weakref.WeakKeyDictionary[Any, dict[type[Calls], Calls]] = weakref.WeakKeyDictionary()
+
+
+def follower_of(tracker: Tracker, kind: type[C]) -> C:
+    """The record of ``kind`` (an integration's :class:`Calls`) of ``tracker``: one per
+    tracker and kind, made on first use."""
+    by_kind = _CALLS.get(tracker)
+    if by_kind is None:
+        by_kind = _CALLS[tracker] = {}
+    calls = by_kind.get(kind)
+    if not isinstance(calls, kind):
+        calls = kind(tracker)
+        by_kind[kind] = calls
+    return calls
 
 
 def calls_of(tracker: Tracker) -> Calls:
-    """The :class:`Calls` of ``tracker`` (one per tracker, whatever the framework)."""
-    calls = _CALLS.get(tracker)
-    if calls is None:
-        calls = _CALLS[tracker] = Calls(tracker)
-    return calls
+    """The plain :class:`Calls` record of ``tracker``."""
+    return follower_of(tracker, Calls)
+
+
+def every_calls(kind: type[C]) -> list[C]:
+    """Every live record of ``kind`` (whatever the tracker)."""
+    return [
+        c
+        for by_kind in list(_CALLS.values())
+        for c in by_kind.values()
+        if isinstance(c, kind) and type(c) is kind
+    ]
+
+
+class Outcome:
+    """How a framework's run ended, as its integration learns it: ``waiting`` when it
+    stopped for approvals (the toolstream run then finishes ``interrupted``)."""
+
+    def __init__(self) -> None:
+        self.waiting = False
+
+
+@contextlib.contextmanager
+def framework_run(calls: Calls, run_id: str | None) -> Iterator[Outcome]:
+    """One toolstream run around one framework run: calls reported inside join it; it
+    finishes ``cancelled`` or ``failed`` as the body ends, else ``interrupted`` when the
+    body set ``outcome.waiting``, else ``completed``."""
+    run = calls.tracker.run(run_id=run_id).start()
+    previous, calls.run_id = calls.run_id, run.run_id
+    outcome = Outcome()
+    try:
+        yield outcome
+    except BaseException as exc:
+        if is_cancellation(exc):
+            run.finish("cancelled")
+        else:
+            run.finish("failed", error=exc)
+        raise
+    finally:
+        calls.run_id = previous
+    run.finish("interrupted" if outcome.waiting else "completed")
 
 
 def parse_args(text: object) -> Any:

@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolstream._core.scopes import is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Bounded, calls_of
+from toolstream.integrations._calls import Bounded, calls_of, framework_run
 from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
 
 require("langgraph", "langgraph", "LangGraph")
@@ -73,10 +72,7 @@ async def track_graph(
     single = isinstance(stream_mode, str)
     calls = calls_of(tracker)
     calls.approval_timeout = approval_timeout
-    run = tracker.run(run_id=run_id).start()
-    previous, calls.run_id = calls.run_id, run.run_id
-    waiting = False
-    try:
+    with framework_run(calls, run_id) as outcome:
         async for mode, chunk in graph.astream(input, config, stream_mode=modes, **options):
             if mode == "messages":
                 message = chunk[0] if isinstance(chunk, tuple) else chunk
@@ -86,18 +82,9 @@ async def track_graph(
             elif mode == "custom":
                 apply_custom(calls, chunk)
             elif mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
-                waiting = _interrupts(calls, chunk["__interrupt__"]) or waiting
+                outcome.waiting = _interrupts(calls, chunk["__interrupt__"]) or outcome.waiting
             if mode in asked:
                 yield chunk if single else (mode, chunk)
-    except BaseException as exc:
-        calls.run_id = previous
-        if is_cancellation(exc):
-            run.finish("cancelled")
-        else:
-            run.finish("failed", error=exc)
-        raise
-    calls.run_id = previous
-    run.finish("interrupted" if waiting else "completed")
 
 
 def _tool_event(calls: Any, data: dict[str, Any]) -> None:

@@ -33,13 +33,11 @@ Install with ``pip install "toolstream[openai-agents]"``.
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from toolstream._core.scopes import is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Calls, parse_args
+from toolstream.integrations._calls import Calls, follower_of, framework_run, parse_args
 
 require("agents", "openai-agents", "the OpenAI Agents SDK")
 
@@ -130,14 +128,8 @@ class _Follower(Calls):
                 streaming.args_delta(delta)
 
 
-_FOLLOWERS: weakref.WeakKeyDictionary[Any, _Follower] = weakref.WeakKeyDictionary()
-
-
 def _follower(tracker: Tracker) -> _Follower:
-    follower = _FOLLOWERS.get(tracker)
-    if follower is None:
-        follower = _FOLLOWERS[tracker] = _Follower(tracker)
-    return follower
+    return follower_of(tracker, _Follower)
 
 
 class ToolstreamHooks(RunHooks[Any]):
@@ -196,30 +188,18 @@ async def track_run(
     ``approval_timeout`` seconds before an approval expires)."""
     follower = _follower(tracker)
     follower.approval_timeout = approval_timeout
-    run = tracker.run(run_id=run_id).start()
-    previous, follower.run_id = follower.run_id, run.run_id
-    try:
+    with framework_run(follower, run_id) as outcome:
         async for event in result.stream_events():
             follower.apply(event)
             yield event
-    except BaseException as exc:
-        follower.run_id = previous
-        if is_cancellation(exc):
-            run.finish("cancelled")
-        else:
-            run.finish("failed", error=exc)
-        raise
-    follower.run_id = previous
-    waiting = False
-    for item in result.interruptions:
-        raw = getattr(item, "raw_item", None)
-        call_id = _field(raw, "call_id")
-        if not isinstance(call_id, str):
-            continue
-        tool = str(getattr(item, "tool_name", None) or "tool")
-        if follower.ask(call_id, tool, parse_args(_field(raw, "arguments"))) is not None:
-            waiting = True
-    run.finish("interrupted" if waiting else "completed")
+        for item in result.interruptions:
+            raw = getattr(item, "raw_item", None)
+            call_id = _field(raw, "call_id")
+            if not isinstance(call_id, str):
+                continue
+            tool = str(getattr(item, "tool_name", None) or "tool")
+            if follower.ask(call_id, tool, parse_args(_field(raw, "arguments"))) is not None:
+                outcome.waiting = True
 
 
 async def apply_decisions(tracker: Tracker, result: RunResultStreaming) -> RunState[Any]:

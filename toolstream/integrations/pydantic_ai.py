@@ -21,13 +21,12 @@ Install with ``pip install "toolstream[pydantic-ai]"``.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Calls
+from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai")
 
@@ -56,7 +55,7 @@ from pydantic_ai.messages import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from toolstream import RunScope, Tracker
+    from toolstream import Tracker
 
 __all__ = [
     "ToolstreamCapability",
@@ -93,7 +92,7 @@ async def report_progress(
 
     ``ctx`` is the tool's ``RunContext``; pydantic-ai stamps the event with the call's id.
     """
-    for follower in list(_FOLLOWERS.values()):  # reported at once, not when the stream gets it
+    for follower in every_calls(_Follower):  # reported at once, not when the stream gets it
         handle = follower.open(ctx.tool_call_id)
         if handle is not None:
             handle.progress(fraction, current=current, total=total, message=message)
@@ -189,14 +188,8 @@ class _Follower(Calls):
             handle.progress(message=event.name, data=fields)
 
 
-_FOLLOWERS: weakref.WeakKeyDictionary[Any, _Follower] = weakref.WeakKeyDictionary()
-
-
 def _follower(tracker: Tracker) -> _Follower:
-    follower = _FOLLOWERS.get(tracker)
-    if follower is None:
-        follower = _FOLLOWERS[tracker] = _Follower(tracker)
-    return follower
+    return follower_of(tracker, _Follower)
 
 
 @dataclasses.dataclass(init=False)
@@ -216,21 +209,10 @@ class ToolstreamCapability(AbstractCapability[Any]):
         ends waiting for approvals."""
         follower = _follower(self.tracker)
         follower.approval_timeout = self.approval_timeout
-        run: RunScope = self.tracker.run(run_id=ctx.run_id or None).start()
-        previous, follower.run_id = follower.run_id, run.run_id
-        try:
+        with framework_run(follower, ctx.run_id or None) as outcome:
             result = await handler()
-        except BaseException as exc:
-            if is_cancellation(exc):
-                run.finish("cancelled")
-            else:
-                run.finish("failed", error=exc)
-            raise
-        finally:
-            follower.run_id = previous
-        output = getattr(result, "output", None)
-        waiting = isinstance(output, DeferredToolRequests) and bool(output.approvals)
-        run.finish("interrupted" if waiting else "completed")
+            output = getattr(result, "output", None)
+            outcome.waiting = isinstance(output, DeferredToolRequests) and bool(output.approvals)
         return result
 
     async def on_event(self, ctx: RunContext[Any], *, event: Any) -> None:
