@@ -21,6 +21,7 @@ from benchmarks import (
     bench_callbacks,
     bench_integrations,
     bench_memory,
+    bench_otel,
     bench_redis,
     bench_scaling,
     bench_sse,
@@ -42,6 +43,7 @@ SUITES: list[tuple[str, Any]] = [
     ("redis", bench_redis),
     ("approvals", bench_approvals),
     ("integrations", bench_integrations),
+    ("otel", bench_otel),
 ]
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"

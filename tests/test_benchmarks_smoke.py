@@ -93,3 +93,11 @@ def test_integration_benchmark_runs_and_reports() -> None:
     assert set(results) == {"pydantic-ai", "openai-agents", "langgraph"}
     assert all(r["ratio"] > 0 for r in results.values())
     assert "a run of 10 tool calls" in bench_integrations.report(results)
+
+
+def test_otel_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_otel
+
+    results = bench_otel.run(quick=True)
+    assert results["us_per_call"]["spans"] > 0
+    assert "OpenTelemetry spans" in bench_otel.report(results)
