@@ -50,8 +50,14 @@ def test_example_runs(
 
 
 def _run(page: Path, index: int, code: str) -> None:
+    import linecache
+
     namespace: dict[str, object] = {"__name__": f"example_{page.stem}_{index}"}
-    exec(compile(code, f"{page.name} example {index}", "exec"), namespace)
+    filename = f"{page.name} example {index}"
+    # The source of the example, as for a file: libraries that read a function's source
+    # (smolagents' @tool) work in the example as they would in the reader's file.
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    exec(compile(code, filename, "exec"), namespace)
 
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)

@@ -1,0 +1,111 @@
+"""smolagents: the tool calls of an agent run, through toolstream.
+
+::
+
+    from toolstream.integrations.smolagents import step_callback, track_stream
+
+    for event in track_stream(tracker, agent.run(task, stream=True)):
+        ...                                    # smolagents' own stream, re-yielded
+
+:func:`track_stream` follows a streamed run (``ToolCall`` / ``ToolOutput``, by their
+``id``): one toolstream run, each call started when the model's call is run and ended
+with its output. When a tool raises, smolagents emits no ``ToolOutput`` and records the
+error on the step without a call id: the step's calls still waiting for an output end
+``tool.failed`` with that error, exactly once. :func:`step_callback` (for
+``step_callbacks=[...]``) reports each step's calls after the step, for runs that are not
+streamed. The ``final_answer`` tool, smolagents' way to end a run, is not a call.
+
+Install with ``pip install "toolstream[smolagents]"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from toolstream.integrations import require
+from toolstream.integrations._calls import calls_of, framework_run
+
+require("smolagents", "smolagents", "smolagents")
+
+from smolagents import ActionStep, ToolCall, ToolOutput  # noqa: E402
+
+if TYPE_CHECKING:
+    from toolstream import Tracker
+
+__all__ = ["step_callback", "track_stream"]
+
+#: smolagents ends a run by calling this tool: not one of the agent's calls.
+FINAL = "final_answer"
+
+
+def _error_of(step: Any) -> dict[str, str]:
+    error = step.error
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+def track_stream(
+    tracker: Tracker, events: Iterable[Any], *, run_id: str | None = None
+) -> Iterator[Any]:
+    """Re-yield the events of ``agent.run(task, stream=True)`` while announcing its calls
+    on ``tracker`` (one toolstream run around them)."""
+    calls = calls_of(tracker)
+    waiting: list[str] = []  # calls of the current step without an output yet
+    with framework_run(calls, run_id):
+        for event in events:
+            if isinstance(event, ToolCall) and event.name != FINAL:
+                calls.start(event.id, event.name, event.arguments or {})
+                waiting.append(event.id)
+            elif isinstance(event, ToolOutput):
+                handle = calls.open(event.id)
+                if handle is not None:
+                    handle.complete(event.output)
+            elif isinstance(event, ActionStep):
+                for call_id in waiting:
+                    handle = calls.open(call_id)
+                    if handle is None:
+                        continue
+                    if event.error is not None:
+                        handle.fail(_error_of(event))
+                    else:
+                        handle.cancel("the step ended without an output for this call")
+                waiting.clear()
+            yield event
+
+
+def _step_calls(step: Any) -> list[tuple[str, str, Any]]:
+    """A step's calls: its ``tool_calls`` — or, on a step whose tool raised (smolagents
+    records no calls then), the calls of the model's message."""
+    if step.tool_calls:
+        return [(c.id, c.name, c.arguments) for c in step.tool_calls]
+    message = getattr(step, "model_output_message", None)
+    out = []
+    for call in getattr(message, "tool_calls", None) or ():
+        function = getattr(call, "function", None)
+        out.append((call.id, getattr(function, "name", "tool"), getattr(function, "arguments", {})))
+    return out
+
+
+def step_callback(tracker: Tracker) -> Callable[..., None]:
+    """A callback for ``step_callbacks=[...]``: after each step, its calls (started then
+    ended: ``tool.failed`` with the step's error, else ``tool.completed`` with the step's
+    observations — smolagents does not split them per call here)."""
+    calls = calls_of(tracker)
+
+    def callback(step: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(step, ActionStep):
+            return
+        for call_id, name, arguments in _step_calls(step):
+            if name == FINAL:
+                continue
+            handle = calls.open(call_id)
+            if handle is None:
+                if call_id in calls.handles:
+                    continue  # reported already (track_stream, or an earlier step)
+                handle = calls.start(call_id, name, arguments or {})
+            if step.error is not None:
+                handle.fail(_error_of(step))
+            else:
+                handle.complete(step.observations)
+
+    return callback
