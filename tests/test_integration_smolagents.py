@@ -4,16 +4,20 @@ in parallel)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from smolagents import ToolCallingAgent, tool
 from smolagents.models import (
     ChatMessage,
+    ChatMessageStreamDelta,
     ChatMessageToolCall,
     ChatMessageToolCallFunction,
+    ChatMessageToolCallStreamDelta,
     MessageRole,
     Model,
 )
@@ -53,6 +57,26 @@ class Scripted(Model):  # type: ignore[misc]
             for name, args, call_id in step
         ]
         return ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=calls)
+
+    def generate_stream(self, messages: Any, **kwargs: Any) -> Iterator[Any]:
+        """The same calls, as a provider streams them: the id and name first, then the
+        arguments in fragments."""
+        message = self.generate(messages, **kwargs)
+        for index, call in enumerate(message.tool_calls):
+            text = json.dumps(call.function.arguments)
+            first = ChatMessageToolCallFunction(name=call.function.name, arguments="")
+            yield ChatMessageStreamDelta(
+                tool_calls=[
+                    ChatMessageToolCallStreamDelta(
+                        index=index, id=call.id, type="function", function=first
+                    )
+                ]
+            )
+            for i in range(0, len(text), 4):
+                piece = ChatMessageToolCallFunction(name="", arguments=text[i : i + 4])
+                yield ChatMessageStreamDelta(
+                    tool_calls=[ChatMessageToolCallStreamDelta(index=index, function=piece)]
+                )
 
 
 @tool  # type: ignore[untyped-decorator]
@@ -104,6 +128,32 @@ def test_a_streamed_run_with_a_parallel_pair_and_a_failure() -> None:
         "call_a": "output-available",
         "call_b": "output-available",
         "call_x": "output-error",
+    }
+
+
+def test_streamed_outputs_stream_the_arguments_before_the_call_runs() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    run = agent(
+        [("web_search", {"q": "anyio"}, "call_a"), ("web_search", {"q": "trio"}, "call_b")],
+        stream_outputs=True,
+    ).run("go", stream=True)
+    list(track_stream(tracker, run))
+    tracker.close()
+    seen = types_of(bus, "call_a")
+    assert seen[0] == "tool.created" and seen[-2:] == ["tool.started", "tool.completed"]
+    assert "tool.args.delta" in seen
+    text = "".join(
+        e.delta for e in events_of(bus) if isinstance(e, ts.ToolArgsDelta) and e.call_id == "call_b"
+    )
+    assert json.loads(text) == {"q": "trio"}
+    assert types_of(bus, "call_b")[-3:] == ["tool.ready", "tool.started", "tool.completed"]
+    ready = next(e for e in events_of(bus) if isinstance(e, ts.ToolReady) and e.call_id == "call_b")
+    assert ready.args == {"q": "trio"}
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+    assert ai_sdk_part_states(events_of(bus)) == {
+        "call_a": "output-available",
+        "call_b": "output-available",
     }
 
 

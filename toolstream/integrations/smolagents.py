@@ -11,7 +11,9 @@
 ``id``): one toolstream run, each call started when the model's call is run and ended
 with its output. When a tool raises, smolagents emits no ``ToolOutput`` and records the
 error on the step without a call id: the step's calls still waiting for an output end
-``tool.failed`` with that error, exactly once. :func:`step_callback` (for
+``tool.failed`` with that error, exactly once. With ``stream_outputs=True`` the model's
+argument fragments (``ChatMessageStreamDelta.tool_calls``) stream as ``tool.args.delta``
+before the call runs. :func:`step_callback` (for
 ``step_callbacks=[...]``) reports each step's calls after the step, for runs that are not
 streamed. The ``final_answer`` tool, smolagents' way to end a run, is not a call.
 
@@ -24,11 +26,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
-from toolstream.integrations._calls import calls_of, framework_run
+from toolstream.integrations._calls import Calls, calls_of, framework_run
 
 require("smolagents", "smolagents", "smolagents")
 
 from smolagents import ActionStep, ToolCall, ToolOutput  # noqa: E402
+from smolagents.models import ChatMessageStreamDelta  # noqa: E402
 
 if TYPE_CHECKING:
     from toolstream import Tracker
@@ -51,9 +54,13 @@ def track_stream(
     on ``tracker`` (one toolstream run around them)."""
     calls = calls_of(tracker)
     waiting: list[str] = []  # calls of the current step without an output yet
+    streaming: dict[int, tuple[str, str]] = {}  # delta index -> (call id, tool), this step
     with framework_run(calls, run_id):
         for event in events:
-            if isinstance(event, ToolCall) and event.name != FINAL:
+            if isinstance(event, ChatMessageStreamDelta):
+                for delta in event.tool_calls or ():
+                    _stream_args(calls, streaming, delta)
+            elif isinstance(event, ToolCall) and event.name != FINAL:
                 calls.start(event.id, event.name, event.arguments or {})
                 waiting.append(event.id)
             elif isinstance(event, ToolOutput):
@@ -70,7 +77,24 @@ def track_stream(
                     else:
                         handle.cancel("the step ended without an output for this call")
                 waiting.clear()
+                streaming.clear()
             yield event
+
+
+def _stream_args(calls: Calls, streaming: dict[int, tuple[str, str]], delta: Any) -> None:
+    """One fragment of a call the model is writing: the first names it (id, tool)."""
+    function = getattr(delta, "function", None)
+    index = delta.index if isinstance(delta.index, int) else 0
+    known = streaming.get(index)
+    if known is None:
+        name = getattr(function, "name", None)
+        if not delta.id or not name or name == FINAL:
+            return
+        known = streaming[index] = (delta.id, name)
+    text = getattr(function, "arguments", None)
+    handle = calls.open(known[0]) or calls.handle(*known)
+    if isinstance(text, str) and text and calls.state_of(handle) in (None, "created"):
+        handle.args_delta(text)
 
 
 def _step_calls(step: Any) -> list[tuple[str, str, Any]]:
