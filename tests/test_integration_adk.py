@@ -29,6 +29,7 @@ from toolstream.integrations.adk import (
     CONFIRMATION,
     ToolstreamPlugin,
     confirmation_message,
+    report_progress,
     track_events,
 )
 from toolstream.testing import assert_lifecycle
@@ -72,6 +73,13 @@ def shell(cmd: str) -> dict[str, Any]:
     raise RuntimeError(f"command failed: {cmd}")
 
 
+async def crawl(pages: int, tool_context: ToolContext) -> dict[str, Any]:
+    """Crawl some pages."""
+    for page in range(1, pages + 1):
+        report_progress(tool_context, page / pages, message=f"page {page} of {pages}")
+    return {"pages": pages}
+
+
 async def slow(seconds: float) -> dict[str, Any]:
     """Sleep."""
     await anyio.sleep(seconds)
@@ -82,7 +90,7 @@ async def run(tracker: ts.Tracker, *turns: list[tuple[str, dict[str, Any], str]]
     agent = LlmAgent(
         name="assistant",
         model=Scripted(model="scripted", turns=list(turns)),
-        tools=[web_search, shell, slow],
+        tools=[web_search, shell, slow, crawl],
     )
     app = App(name="app", root_agent=agent, plugins=[ToolstreamPlugin(tracker)])
     runner = InMemoryRunner(app=app)
@@ -111,6 +119,24 @@ async def test_calls_run_and_end_with_the_models_ids() -> None:
         "call_a": "output-available",
         "call_b": "output-available",
     }
+
+
+async def test_a_tool_reports_its_progress() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    await run(tracker, [("crawl", {"pages": 2}, "call_c")])
+    tracker.close()
+    assert types_of(bus, "call_c") == [
+        "tool.started",
+        "tool.progress",
+        "tool.progress",
+        "tool.completed",
+    ]
+    progress = [e for e in events_of(bus) if isinstance(e, ts.ToolProgress)]
+    assert [(p.fraction, p.message) for p in progress] == [
+        (0.5, "page 1 of 2"),
+        (1.0, "page 2 of 2"),
+    ]
 
 
 async def test_a_tool_that_raises_ends_failed_and_so_does_the_run() -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from toolstream._core.errors import ApprovalError
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Bounded, Calls, follower_of, framework_run
+from toolstream.integrations._calls import Bounded, Calls, every_calls, follower_of, framework_run
 
 require("google.adk", "adk", "Google ADK")
 
@@ -44,7 +44,13 @@ from google.genai import types  # noqa: E402
 if TYPE_CHECKING:
     from toolstream import Decision, Tracker
 
-__all__ = ["CONFIRMATION", "ToolstreamPlugin", "confirmation_message", "track_events"]
+__all__ = [
+    "CONFIRMATION",
+    "ToolstreamPlugin",
+    "confirmation_message",
+    "report_progress",
+    "track_events",
+]
 
 #: The name of the function call by which ADK asks the client to confirm a call.
 CONFIRMATION = "adk_request_confirmation"
@@ -187,6 +193,24 @@ def _rejected(decision: Decision) -> dict[str, Any]:
     else:
         why = decision.reason or f"rejected by {decision.by or 'a person'}"
     return {"error": f"This tool call is rejected: {why}."}
+
+
+def report_progress(
+    tool_context: Any,
+    fraction: float | None = None,
+    *,
+    current: float | None = None,
+    total: float | None = None,
+    message: str | None = None,
+) -> None:
+    """From inside a tool: report its progress (a ``tool.progress`` of this call;
+    ``tool_context`` is the tool's ``ToolContext``, which carries the call's id). ADK has
+    no progress channel of its own for function tools."""
+    call_id = _call_id(tool_context)
+    for calls in every_calls(_AdkCalls):
+        handle = calls.open(call_id)
+        if handle is not None:
+            handle.progress(fraction, current=current, total=total, message=message)
 
 
 async def track_events(
