@@ -225,6 +225,16 @@ class Chat:
         return seen
 
 
+async def waiting(path: str) -> tuple[ts.EventBus, ts.Tracker, Chat, list[Any]]:
+    """A chat whose model asked to delete ``path``: the call waits for a person."""
+    DELETED.clear()
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    chat = Chat(tracker, [("delete_file", {"path": path}, "call_d")])
+    seen = await chat.send(user("clean up"))
+    return bus, tracker, chat, seen
+
+
 def user(text: str) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=text)])
 
@@ -238,11 +248,7 @@ def asked(bus: ts.EventBus) -> ts.ApprovalRequested:
 
 
 async def test_a_call_that_needs_confirmation_waits_for_a_person_then_runs_once() -> None:
-    DELETED.clear()
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    chat = Chat(tracker, [("delete_file", {"path": "/tmp/a"}, "call_d")])
-    await chat.send(user("clean up"))
+    bus, tracker, chat, _seen = await waiting("/tmp/a")
     assert outcomes(bus) == ["interrupted"]
     assert types_of(bus, "call_d") == ["tool.ready", "tool.approval.requested"]
     assert DELETED == []
@@ -268,11 +274,7 @@ async def test_a_call_that_needs_confirmation_waits_for_a_person_then_runs_once(
 
 
 async def test_a_denied_call_never_runs_and_ends_denied_once() -> None:
-    DELETED.clear()
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    chat = Chat(tracker, [("delete_file", {"path": "/tmp/b"}, "call_d")])
-    await chat.send(user("clean up"))
+    bus, tracker, chat, _seen = await waiting("/tmp/b")
     await bus.resolve_approval(
         "s", asked(bus).approval_id, approved=False, by="alice", reason="keep it"
     )
@@ -290,11 +292,7 @@ async def test_a_denied_call_never_runs_and_ends_denied_once() -> None:
 
 
 async def test_edited_args_reach_the_tool() -> None:
-    DELETED.clear()
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    chat = Chat(tracker, [("delete_file", {"path": "/"}, "call_d")])
-    await chat.send(user("clean up"))
+    bus, tracker, chat, _seen = await waiting("/")
     await bus.resolve_approval(
         "s", asked(bus).approval_id, approved=True, by="alice", args={"path": "/tmp/c"}
     )
@@ -309,11 +307,7 @@ async def test_edited_args_reach_the_tool() -> None:
 async def test_toolstream_refusal_wins_over_an_adk_confirmation() -> None:
     """The approval expired (denied by timeout) but the client confirms in ADK: the
     tool must not run."""
-    DELETED.clear()
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    chat = Chat(tracker, [("delete_file", {"path": "/tmp/e"}, "call_d")])
-    seen = await chat.send(user("clean up"))
+    bus, tracker, chat, seen = await waiting("/tmp/e")
     approval_id = asked(bus).approval_id
     await bus.resolve_approval("s", approval_id, approved=False, by="timeout")
     confirmation = next(c for e in seen for c in e.get_function_calls() if c.name == CONFIRMATION)
@@ -325,11 +319,7 @@ async def test_toolstream_refusal_wins_over_an_adk_confirmation() -> None:
 
 
 async def test_a_confirmation_made_in_adk_becomes_the_decision() -> None:
-    DELETED.clear()
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    chat = Chat(tracker, [("delete_file", {"path": "/tmp/f"}, "call_d")])
-    seen = await chat.send(user("clean up"))
+    bus, tracker, chat, seen = await waiting("/tmp/f")
     confirmation = next(c for e in seen for c in e.get_function_calls() if c.name == CONFIRMATION)
     await chat.send(adk_confirmation(confirmation.id, confirmed=True))
     tracker.close()

@@ -160,12 +160,41 @@ async def drop_table(path: str, ok: Annotated[ElicitationResult[Confirm], Resolv
 
 async def decide(bus: ts.EventBus, **decision: Any) -> ts.ApprovalRequested:
     """Wait for the approval asked on session "s" and decide it, as a page would."""
+    decision.setdefault("by", "alice")
     sub = bus.subscribe(session="s", after=f"{bus.epoch}-0")
     async for event in sub:
         if isinstance(event, ts.ApprovalRequested):
-            await bus.resolve_approval("s", event.approval_id, by="alice", **decision)
+            await bus.resolve_approval("s", event.approval_id, **decision)
             return event
     raise AssertionError("no approval asked")
+
+
+async def call_deciding(
+    tracker: ts.Tracker,
+    tool: str,
+    path: str,
+    *,
+    mode: str = "legacy",
+    asked: list[ts.ApprovalRequested] | None = None,
+    **decision: Any,
+) -> Any:
+    """Call ``tool`` through a client whose elicitations are approvals, while a person
+    decides the first approval asked with ``decision``."""
+    bus = tracker.bus
+    assert isinstance(bus, ts.EventBus)
+    callback = elicitation_callback(tracker, timeout=30)
+    async with (
+        Client(server, elicitation_callback=callback, mode=mode) as client,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def person() -> None:
+            request = await decide(bus, **decision)
+            if asked is not None:
+                asked.append(request)
+
+        tg.start_soon(person)
+        return await call_tool(tracker, client, tool, {"path": path}, call_id=path)
 
 
 @pytest.mark.parametrize(
@@ -174,21 +203,11 @@ async def decide(bus: ts.EventBus, **decision: Any) -> ts.ApprovalRequested:
 async def test_an_elicitation_is_approved_by_a_person(tool: str, mode: str) -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
-    callback = elicitation_callback(tracker, timeout=30)
-    async with (
-        Client(server, elicitation_callback=callback, mode=mode) as client,
-        anyio.create_task_group() as tg,
-    ):
-        asked: list[ts.ApprovalRequested] = []
-
-        async def person() -> None:
-            asked.append(await decide(bus, approved=True))
-
-        tg.start_soon(person)
-        result = await call_tool(tracker, client, tool, {"path": "/tmp/a"}, call_id="c1")
+    asked: list[ts.ApprovalRequested] = []
+    result = await call_deciding(tracker, tool, "c1", mode=mode, asked=asked, approved=True)
     tracker.close()
     assert "kept" not in _text_of(result)
-    assert asked[0].running and asked[0].call_id == "c1" and "/tmp/a?" in (asked[0].reason or "")
+    assert asked[0].running and asked[0].call_id == "c1" and "c1?" in (asked[0].reason or "")
     assert types_of(bus, "c1") == [
         "tool.started",
         "tool.approval.requested",
@@ -199,19 +218,9 @@ async def test_an_elicitation_is_approved_by_a_person(tool: str, mode: str) -> N
 
 
 async def test_edited_args_are_the_forms_content() -> None:
-    bus = ts.EventBus()
-    tracker = ts.Tracker(bus, "s")
-    callback = elicitation_callback(tracker)
-    async with (
-        Client(server, elicitation_callback=callback, mode="legacy") as client,
-        anyio.create_task_group() as tg,
-    ):
-
-        async def person() -> None:
-            await decide(bus, approved=True, args={"confirm": True, "note": "backup first"})
-
-        tg.start_soon(person)
-        result = await call_tool(tracker, client, "delete_file", {"path": "/tmp/b"})
+    tracker = ts.Tracker(ts.EventBus(), "s")
+    edited = {"confirm": True, "note": "backup first"}
+    result = await call_deciding(tracker, "delete_file", "b", approved=True, args=edited)
     assert "note='backup first'" in _text_of(result)
 
 
@@ -219,23 +228,9 @@ async def test_edited_args_are_the_forms_content() -> None:
 async def test_a_refusal_declines_and_a_timeout_cancels(by: str, action: str) -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
-    callback = elicitation_callback(tracker)
-    async with (
-        Client(server, elicitation_callback=callback, mode="legacy") as client,
-        anyio.create_task_group() as tg,
-    ):
-
-        async def person() -> None:
-            sub = bus.subscribe(session="s", after=f"{bus.epoch}-0")
-            async for event in sub:
-                if isinstance(event, ts.ApprovalRequested):
-                    await bus.resolve_approval("s", event.approval_id, approved=False, by=by)
-                    return
-
-        tg.start_soon(person)
-        result = await call_tool(tracker, client, "delete_file", {"path": "/tmp/c"}, call_id="c")
+    result = await call_deciding(tracker, "delete_file", "c", approved=False, by=by)
     tracker.close()
-    assert _text_of(result) == f"kept /tmp/c ({action})"
+    assert _text_of(result) == f"kept c ({action})"
     # the tool decides what a refusal means (here: it keeps the file and succeeds)
     assert types_of(bus, "c")[-1] == "tool.completed"
 
