@@ -289,5 +289,74 @@ async def test_every_dialect_of_a_graph_run_passes_the_peers_validators() -> Non
     }
 
 
+# LangChain's HumanInTheLoopMiddleware (create_agent), both of its interrupt modes.
+
+REMOVED: list[str] = []
+
+
+@tool
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    REMOVED.append(path)
+    return f"deleted {path}"
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def hitl_agent(mode: str) -> Any:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    REMOVED.clear()
+    model = ScriptedChat(
+        turns=[
+            [
+                first("delete_file", "call_d", '{"path": "/tmp/a"}', 0),
+                first("lookup", "call_l", '{"q": "x"}', 1),
+            ]
+        ]
+    )
+    gate = HumanInTheLoopMiddleware(interrupt_on={"delete_file": True}, interrupt_mode=mode)  # type: ignore[arg-type]
+    return create_agent(
+        model, tools=[delete_file, lookup], middleware=[gate], checkpointer=InMemorySaver()
+    )
+
+
+@pytest.mark.parametrize("mode", ["per_call", "batched"])
+@pytest.mark.parametrize(
+    ("decision", "removed", "last"),
+    [
+        ({"approved": True}, ["/tmp/a"], "tool.completed"),
+        ({"approved": True, "args": {"path": "/tmp/b"}}, ["/tmp/b"], "tool.completed"),
+        ({"approved": False, "reason": "keep it"}, [], "tool.denied"),
+    ],
+)
+async def test_human_in_the_loop_middleware_is_an_approval(
+    mode: str, decision: dict[str, Any], removed: list[str], last: str
+) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = hitl_agent(mode)
+    await drain(tracker, agent, {"messages": [{"role": "user", "content": "clean up"}]})
+    assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["interrupted"]
+    asked = next(e for e in events_of(bus) if isinstance(e, ts.ApprovalRequested))
+    assert asked.call_id == "call_d" and not asked.running, "gated: the tool has not started"
+    assert "delete_file" in (asked.reason or "")
+    assert REMOVED == []
+    await bus.resolve_approval("s", asked.approval_id, by="alice", **decision)
+    state = await agent.aget_state(CONFIG)
+    await drain(tracker, agent, await resume_command(tracker, state.interrupts))
+    tracker.close()
+    assert removed == REMOVED
+    seen = types_of(bus, "call_d")
+    assert seen[-1] == last and seen.count(last) == 1
+    assert "tool.started" in seen if last == "tool.completed" else "tool.started" not in seen
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
 def test_without_langgraph_the_import_error_names_the_extra() -> None:
     import_error_names_the_extra("toolstream.integrations.langgraph", "langgraph", "langgraph")

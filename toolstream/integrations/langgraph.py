@@ -36,7 +36,7 @@ from langgraph.config import get_stream_writer  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
 if TYPE_CHECKING:
-    from toolstream import Tracker
+    from toolstream import Decision, Tracker
 
 __all__ = ["report_progress", "resume_command", "track_graph"]
 
@@ -118,11 +118,19 @@ def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
         value = getattr(item, "value", None)
         if not isinstance(value, dict):
             continue
+        requests = value.get("action_requests")
+        if isinstance(requests, list) and "tool_call_id" not in value:
+            batch = _batch(calls, requests)
+            if batch is not None:
+                _BATCHES[getattr(item, "id", "")] = batch
+                waiting = True
+            continue
         handle = calls.open(value.get("tool_call_id"))
         if handle is None:
             continue
         if handle.approval_id is None:
-            reason = value.get("reason")
+            # our convention names a reason; HumanInTheLoopMiddleware a description
+            reason = value.get("reason", value.get("description"))
             approval_id = handle.await_approval(
                 reason if isinstance(reason, str) else None, timeout=calls.approval_timeout
             )
@@ -134,6 +142,41 @@ def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
 
 # interrupt id -> call id, for resume_command.
 _INTERRUPTS: Bounded[str, str] = Bounded()
+# interrupt id -> the call id of each of its action requests (a batched HITL interrupt).
+_BATCHES: Bounded[str, list[str]] = Bounded()
+
+
+def _batch(calls: Any, requests: list[Any]) -> list[str] | None:
+    """A ``HumanInTheLoopMiddleware`` batched interrupt lists the gated calls of the
+    model's turn by name and args, in order, without their ids: match each to the first
+    call of this run with that name and those args that has not started (by name alone
+    if the args differ), and make it wait for a person. None when one matches no call
+    (the interrupt then asks toolstream nothing)."""
+    waiting = [
+        h
+        for h in calls.handles.values()
+        if not h.done and h.run_id == calls.run_id and calls.state_of(h) in ("created", "ready")
+    ]
+    chosen: list[Any] = []
+    for request in requests:
+        if not isinstance(request, dict):
+            return None
+        name, args = request.get("name"), request.get("args")
+        free = [h for h in waiting if h.tool == name and h not in chosen]
+        exact = [h for h in free if h.args == args]
+        if not (exact or free):
+            return None
+        chosen.append((exact or free)[0])
+    for handle, request in zip(chosen, requests, strict=True):
+        if handle.approval_id is None:
+            description = request.get("description")
+            calls.ask(
+                handle.call_id,
+                handle.tool,
+                request.get("args"),
+                description if isinstance(description, str) else None,
+            )
+    return [h.call_id for h in chosen]
 
 
 async def resume_command(tracker: Tracker, interrupts: Sequence[Any]) -> Command[Any]:
@@ -145,18 +188,46 @@ async def resume_command(tracker: Tracker, interrupts: Sequence[Any]) -> Command
     resume: dict[str, Any] = {}
     for item in interrupts:
         interrupt_id = getattr(item, "id", "")
-        call_id = _INTERRUPTS.pop(interrupt_id)
         value = getattr(item, "value", None)
+        batch = _BATCHES.pop(interrupt_id)
+        if batch is not None and isinstance(value, dict):
+            decisions = []
+            for batched, request in zip(batch, value.get("action_requests") or (), strict=True):
+                approval_id = calls.approvals.pop(batched, None)
+                if approval_id is None:
+                    raise LookupError(f"call {batched!r} waits for no approval")
+                asked = {"type": "tool_approval", "name": request.get("name")}
+                decisions.append(_answer(asked, await tracker.decision(approval_id)))
+            resume[interrupt_id] = {"decisions": decisions}
+            continue
+        call_id = _INTERRUPTS.pop(interrupt_id)
         if call_id is None and isinstance(value, dict):
             call_id = value.get("tool_call_id")
         approval_id = calls.approvals.pop(call_id, None) if isinstance(call_id, str) else None
         if approval_id is None:
             raise LookupError(f"interrupt {interrupt_id!r} waits for no approval (use track_graph)")
         decision = await tracker.decision(approval_id)
-        resume[interrupt_id] = {
-            "approved": decision.approved,
-            "by": decision.by,
-            "reason": decision.reason,
-            "args": decision.args,
-        }
+        resume[interrupt_id] = _answer(value, decision)
     return Command(resume=resume)
+
+
+def _answer(value: object, decision: Decision) -> dict[str, Any]:
+    """What ``interrupt()`` returns to the tool: a ``HumanInTheLoopMiddleware`` decision
+    for its per-call requests (``type == "tool_approval"``), else toolstream's own."""
+    if isinstance(value, dict) and value.get("type") == "tool_approval":
+        if not decision.approved:
+            if decision.by == "timeout":
+                why = "not approved in time"
+            else:
+                why = decision.reason or f"rejected by {decision.by or 'a person'}"
+            return {"type": "reject", "message": why}
+        if decision.args is not None:
+            action = {"name": value.get("name"), "args": decision.args}
+            return {"type": "edit", "edited_action": action}
+        return {"type": "approve"}
+    return {
+        "approved": decision.approved,
+        "by": decision.by,
+        "reason": decision.reason,
+        "args": decision.args,
+    }
