@@ -318,6 +318,18 @@ async def test_toolstream_refusal_wins_over_an_adk_confirmation() -> None:
     assert any("not approved in time" in str(r.get("error")) for r in chat.responses)
 
 
+async def test_a_rejection_in_adk_after_an_approval_cancels_the_call() -> None:
+    bus, tracker, chat, seen = await waiting("/tmp/g")
+    await bus.resolve_approval("s", asked(bus).approval_id, approved=True, by="alice")
+    confirmation = next(c for e in seen for c in e.get_function_calls() if c.name == CONFIRMATION)
+    await chat.send(adk_confirmation(confirmation.id, confirmed=False))
+    tracker.close()
+    assert DELETED == []
+    seen_types = types_of(bus, "call_d")
+    assert seen_types[-1] == "tool.cancelled" and "tool.started" not in seen_types
+    assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
 async def test_a_confirmation_made_in_adk_becomes_the_decision() -> None:
     bus, tracker, chat, seen = await waiting("/tmp/f")
     confirmation = next(c for e in seen for c in e.get_function_calls() if c.name == CONFIRMATION)
