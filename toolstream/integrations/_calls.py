@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from toolstream._core.scopes import is_cancellation
 
 if TYPE_CHECKING:
-    from toolstream import CallHandle, Tracker
+    from toolstream import CallHandle, Decision, Tracker
 
 __all__ = [
     "Bounded",
@@ -23,6 +23,7 @@ __all__ = [
     "follower_of",
     "framework_run",
     "parse_args",
+    "refusal",
 ]
 
 K = TypeVar("K")
@@ -178,3 +179,11 @@ def parse_args(text: object) -> Any:
         except ValueError:
             return text
     return {} if text is None else text
+
+
+def refusal(decision: Decision, verb: str = "denied") -> str:
+    """Why a call was not approved, as the model reads it: the person's reason, else who
+    refused; an approval that expired was "not approved in time"."""
+    if decision.by == "timeout":
+        return "not approved in time"
+    return decision.reason or f"{verb} by {decision.by or 'a person'}"

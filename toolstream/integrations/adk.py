@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 from toolstream._core.errors import ApprovalError
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Bounded, Calls, every_calls, follower_of, framework_run
+from toolstream.integrations._calls import (
+    Bounded,
+    Calls,
+    every_calls,
+    follower_of,
+    framework_run,
+    refusal,
+)
 
 require("google.adk", "adk", "Google ADK")
 
@@ -188,11 +195,7 @@ async def _needs_confirmation(tool: Any, tool_args: dict[str, Any], tool_context
 
 def _rejected(decision: Decision) -> dict[str, Any]:
     """What the model reads for a call that was not approved (the tool does not run)."""
-    if decision.by == "timeout":
-        why = "not approved in time"
-    else:
-        why = decision.reason or f"rejected by {decision.by or 'a person'}"
-    return {"error": f"This tool call is rejected: {why}."}
+    return {"error": f"This tool call is rejected: {refusal(decision, 'rejected')}."}
 
 
 def report_progress(

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
-from toolstream.integrations._calls import Bounded, calls_of, framework_run
+from toolstream.integrations._calls import Bounded, calls_of, framework_run, refusal
 from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
 
 require("langgraph", "langgraph", "LangGraph")
@@ -216,11 +216,7 @@ def _answer(value: object, decision: Decision) -> dict[str, Any]:
     for its per-call requests (``type == "tool_approval"``), else toolstream's own."""
     if isinstance(value, dict) and value.get("type") == "tool_approval":
         if not decision.approved:
-            if decision.by == "timeout":
-                why = "not approved in time"
-            else:
-                why = decision.reason or f"rejected by {decision.by or 'a person'}"
-            return {"type": "reject", "message": why}
+            return {"type": "reject", "message": refusal(decision, "rejected")}
         if decision.args is not None:
             action = {"name": value.get("name"), "args": decision.args}
             return {"type": "edit", "edited_action": action}

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
-from toolstream.integrations._calls import Calls, follower_of, framework_run, parse_args
+from toolstream.integrations._calls import Calls, follower_of, framework_run, parse_args, refusal
 
 require("agents", "openai-agents", "the OpenAI Agents SDK")
 
@@ -235,10 +235,5 @@ async def apply_decisions(tracker: Tracker, result: RunResultStreaming) -> RunSt
                 ),
             )
         else:
-            why = (
-                "not approved in time"
-                if decision.by == "timeout"
-                else decision.reason or f"denied by {decision.by or 'a person'}"
-            )
-            state.reject(item, rejection_message=why)
+            state.reject(item, rejection_message=refusal(decision))
     return state

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
-from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run
+from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run, refusal
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai")
 
@@ -311,10 +311,5 @@ async def deferred_tool_results(
         if decision.approved:
             results.approvals[part.tool_call_id] = ToolApproved(override_args=decision.args)
         else:
-            why = (
-                "not approved in time"
-                if decision.by == "timeout"
-                else decision.reason or f"denied by {decision.by or 'a person'}"
-            )
-            results.approvals[part.tool_call_id] = ToolDenied(message=why)
+            results.approvals[part.tool_call_id] = ToolDenied(message=refusal(decision))
     return results
