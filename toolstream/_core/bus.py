@@ -22,23 +22,13 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 import attrs
 from typing_extensions import Self, deprecated
 
-from .approvals import (
-    TIMEOUT_BY,
-    ApprovalBook,
-    Asked,
-    Decision,
-    check_decision,
-    denied_summary,
-    published_decision_fields,
-)
+from .approvals import Decision
+from .arbiter import Arbiter
 from .build import prepare
 from .errors import (
-    ApprovalAlreadyResolved,
-    ApprovalExpired,
-    ApprovalNotFound,
     BusClosed,
 )
-from .events import ApprovalRequested, ApprovalResolved, Event, Snapshot, StreamReset, ToolDenied
+from .events import ApprovalRequested, ApprovalResolved, Event, Snapshot, StreamReset
 from .ids import compare_ids, make_id
 from .payload import PayloadPolicy
 from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
@@ -205,10 +195,7 @@ class EventBus:
         self._last_sweep = clock()
         #: What a decision publishes goes through this policy.
         self.payload = payload if payload is not None else PayloadPolicy()
-        self._approvals = ApprovalBook()
-        # Held across a decision's check and its events (deciders take turns); taken
-        # before the feeder lock, never while holding it.
-        self._approval_lock = threading.Lock()
+        self._arbiter = Arbiter(self)
 
     def __repr__(self) -> str:
         return f"<EventBus epoch={self.epoch} seq={self._seq} sessions={len(self._logs)}>"
@@ -284,7 +271,7 @@ class EventBus:
             log.last_ts = ts
             self._bytes += size
             if type(event) in _APPROVAL_EVENTS:
-                self._approvals.observe(event)
+                self._arbiter.book.observe(event)
             wakes = log.waiters
             if wakes:
                 log.waiters = []
@@ -386,7 +373,11 @@ class EventBus:
         self._last_sweep = now
         horizon = now - self.session_ttl
         for session, log in list(self._logs.items()):
-            if not log.subs and log.last_ts < horizon and not self._approvals.has_pending(session):
+            if (
+                not log.subs
+                and log.last_ts < horizon
+                and not self._arbiter.book.has_pending(session)
+            ):
                 self._forget(session, log)
 
     def _forget(self, session: str, log: Log) -> None:
@@ -428,7 +419,7 @@ class EventBus:
         """The session's calls, runs and batches as they stand now (open calls, and
         the newest finished ones, within ``reset_bytes``); only one run's part with
         ``run=``."""
-        self._expire_due(session)
+        self._arbiter.expire_due(session)
         with self._lock:
             log = self._logs.get(session)
             if log is None:
@@ -612,7 +603,7 @@ class EventBus:
     def _open(self, request: StartRequest) -> Subscription[Any]:
         session = request.session
         if request.snapshot or request.after is not None:
-            self._expire_due(session)
+            self._arbiter.expire_due(session)
         sub: Subscription[Any] = Subscription(
             self._feeder, request.types, session, request.run, request.buffer, request.overflow
         )
@@ -686,7 +677,7 @@ class EventBus:
         )
         sub._begin(log, start, cursor=log.base + start.index, replay_end=log.end)
 
-    # -- approvals ---------------------------------------------------------------------
+    # -- approvals (arbitrated by toolstream._core.arbiter) ------------------------------
 
     async def resolve_approval(
         self,
@@ -711,15 +702,7 @@ class EventBus:
         decided (a transport passes the principal's id). ``ends_call=False`` is for the
         call's own tracker, which ends the call itself (cancelled while waiting).
         """
-        return self.resolve_approval_now(
-            session,
-            approval_id,
-            approved=approved,
-            by=by,
-            reason=reason,
-            args=args,
-            ends_call=ends_call,
-        )
+        return self._arbiter.resolve(session, approval_id, approved, by, reason, args, ends_call)
 
     def resolve_approval_now(
         self,
@@ -733,110 +716,24 @@ class EventBus:
         ends_call: bool = True,
     ) -> ApprovalResolved:
         """:meth:`resolve_approval`, from synchronous code (any thread)."""
-        edited = check_decision(approved, by, reason, args, self.payload.max_bytes)
-        with self._approval_lock:
-            with self._lock:
-                asked, done = self._approvals.lookup(session, approval_id)
-            if done is not None:
-                raise ApprovalAlreadyResolved(
-                    f"approval {approval_id!r} was already decided", resolution=done.event
-                )
-            if asked is None:
-                raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-            if asked.expired(self._clock()) and by != TIMEOUT_BY:
-                expired = self._decide(approval_id, asked, False, TIMEOUT_BY, None, None, True)
-                raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=expired)
-            return self._decide(approval_id, asked, approved, by, reason, edited, ends_call)
+        return self._arbiter.resolve(session, approval_id, approved, by, reason, args, ends_call)
 
     async def decision(self, session: str, approval_id: str) -> Decision | None:
         """The decision on approval ``approval_id`` (the real edited args, for the tool),
         or ``None`` while it is pending; ``ApprovalNotFound`` as for a decision. An
         approval past its expiry is resolved by ``"timeout"`` first."""
-        return self.decision_now(session, approval_id)
+        return self._arbiter.decision(session, approval_id)
+
+    def decision_now(self, session: str, approval_id: str) -> Decision | None:
+        """:meth:`decision`, from synchronous code."""
+        return self._arbiter.decision(session, approval_id)
 
     async def wait_decision(self, session: str, approval_id: str) -> Decision:
         """Wait for the decision on approval ``approval_id`` (what a waiting tracker
         does; bound it with a cancel scope, e.g. ``anyio.move_on_after``).
         ``ApprovalNotFound`` as for :meth:`decision`; ``BusClosed`` if the bus closes
         first."""
-        known = self.decision_now(session, approval_id)
-        if known is not None:
-            return known
-        with self._lock:
-            asked = self._approvals.pending.get(approval_id)
-            after = None if asked is None else asked.request_id
-        sub = (
-            self.subscribe(ApprovalResolved, session=session, after=after)
-            if after is not None
-            else self.subscribe(ApprovalResolved, session=session)
-        )
-        async with sub:
-            known = self.decision_now(session, approval_id)  # decided meanwhile?
-            if known is not None:
-                return known
-            async for event in sub:
-                if not isinstance(event, ApprovalResolved) or event.approval_id == approval_id:
-                    known = self.decision_now(session, approval_id)  # (a reset: ask)
-                    if known is not None:
-                        return known
-        known = self.decision_now(session, approval_id)
-        if known is None:
-            raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
-        return known
-
-    def decision_now(self, session: str, approval_id: str) -> Decision | None:
-        """:meth:`decision`, from synchronous code."""
-        self._expire_due(session)
-        with self._approval_lock, self._lock:
-            asked, done = self._approvals.lookup(session, approval_id)
-        if done is not None:
-            return done.decision
-        if asked is None:
-            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        return None
-
-    def _decide(
-        self,
-        approval_id: str,
-        asked: Asked,
-        approved: bool,
-        by: str | None,
-        reason: str | None,
-        edited: dict[str, Any] | None,
-        ends_call: bool,
-    ) -> ApprovalResolved:
-        """Publish the resolution (the approval lock held: no other decision runs)."""
-        envelope = asked.envelope()
-        fields = published_decision_fields(self.payload, approved, by, reason, edited)
-        event = self.publish(ApprovalResolved, approval_id=approval_id, **envelope, **fields)
-        decision = Decision(
-            approval_id=approval_id, approved=approved, by=by, reason=reason, args=edited
-        )
-        with self._lock:
-            self._approvals.settle(event, decision)
-        if not approved and not asked.running and ends_call:
-            self.publish(
-                ToolDenied,
-                **envelope,
-                reason=fields["reason"],
-                by=fields["by"],
-                summary=self.payload.text(denied_summary(asked.tool, by, reason)),
-            )
-        return event
-
-    def _expire_due(self, session: str | None) -> None:
-        """Resolve by ``"timeout"`` the pending approvals past their expiry."""
-        if not self._approvals.pending:
-            return
-        now = self._clock()
-        with self._approval_lock:
-            with self._lock:
-                due = self._approvals.due(session, now)
-            for approval_id in due:
-                with self._lock:
-                    asked = self._approvals.pending.get(approval_id)
-                if asked is not None and not self.closed:
-                    self._decide(approval_id, asked, False, TIMEOUT_BY, None, None, True)
+        return await self._arbiter.wait(session, approval_id)
 
     # -- closing ---------------------------------------------------------------------
 
