@@ -11,7 +11,6 @@ behave the same to a consumer.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import threading
@@ -24,20 +23,13 @@ import attrs
 from typing_extensions import Self
 
 from toolstream._core.approvals import (
-    CANCELLED_BY,
-    TIMEOUT_BY,
     Decision,
     check_decision,
-    denied_summary,
-    published_decision_fields,
 )
 from toolstream._core.broker import stop_task
 from toolstream._core.build import prepare
-from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.codec import to_dict
 from toolstream._core.errors import (
-    ApprovalAlreadyResolved,
-    ApprovalExpired,
-    ApprovalNotFound,
     BusClosed,
     BusUnavailable,
 )
@@ -74,6 +66,7 @@ from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
 
+from ._approvals import RedisArbiter
 from ._common import (
     NETWORK_ERRORS,
     RETRYABLE,
@@ -244,8 +237,7 @@ class RedisBus:
         self._ck_script: AsyncScript = self._redis.register_script(_scripts.CHECKPOINT)
         self._reap_script: AsyncScript = self._redis.register_script(_scripts.REAP)
         self._after_script: AsyncScript = self._redis.register_script(_scripts.READ_AFTER)
-        self._resolve_script: AsyncScript = self._redis.register_script(_scripts.RESOLVE)
-        self._approval_script: AsyncScript = self._redis.register_script(_scripts.APPROVAL)
+        self._arbiter = RedisArbiter(self)
         self._lock = threading.Lock()
         self._last = 0  # the newest id number assigned here
         self._outbox: deque[Event] = deque()
@@ -694,7 +686,7 @@ class RedisBus:
         self._stats.reaped += total
         return total
 
-    # -- approvals -----------------------------------------------------------------------
+    # -- approvals (arbitrated by toolstream.redis._approvals) ---------------------------
 
     async def resolve_approval(
         self,
@@ -711,152 +703,23 @@ class RedisBus:
         wins (see :meth:`toolstream.EventBus.resolve_approval` for the errors)."""
         require_asyncio("resolve_approval()")
         edited = check_decision(approved, by, reason, args, self.payload.max_bytes)
-        return await self._resolve(session, approval_id, approved, by, reason, edited, ends_call)
-
-    async def _resolve(
-        self,
-        session: str,
-        approval_id: str,
-        approved: bool,
-        by: str | None,
-        reason: str | None,
-        edited: dict[str, Any] | None,
-        ends_call: bool,
-    ) -> ApprovalResolved:
-        if self._closed:
-            raise BusClosed("the bus is closed")
-        state = await self._approval_state(session, approval_id)
-        if state is None:
-            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        meta = state[1]
-        run_id, call_id, tool, parent = meta["env"]
-        envelope = {
-            "session": session,
-            "run_id": run_id,
-            "call_id": call_id,
-            "tool": tool,
-            "parent_call_id": parent,
-        }
-        before_run = not meta.get("running", False)
-        variants: list[str] = []
-        for ok, who, why, changes, ends in (
-            (approved, by, reason, edited, ends_call),  # this decision
-            (False, TIMEOUT_BY, None, None, True),  # expired meanwhile
-            (False, CANCELLED_BY, None, None, False),  # the call was closed elsewhere
-        ):
-            fields = published_decision_fields(self.payload, ok, who, why, changes)
-            ts = self._clock()
-            res = to_dict(
-                ApprovalResolved(id="-", ts=ts, approval_id=approval_id, **envelope, **fields)
-            )
-            del res["id"]
-            dec = {"approved": ok, "by": who, "reason": why, "args": changes}
-            den = ""
-            if not ok and before_run and ends:
-                denied = to_dict(
-                    ToolDenied(
-                        id="-",
-                        ts=ts,
-                        **envelope,
-                        reason=fields["reason"],
-                        by=fields["by"],
-                        summary=self.payload.text(denied_summary(tool, who, why)),
-                    )
-                )
-                del denied["id"]
-                den = dumps(denied)
-            variants += [dumps(res), dumps(dec), den]
-        kind = "t" if by == TIMEOUT_BY else "d"
-        try:
-            outcome, res_json, rid, epoch = await self._resolve_script(
-                args=[
-                    self.prefix,
-                    session,
-                    approval_id,
-                    self._clock(),
-                    int(self.session_ttl),
-                    kind,
-                    *variants,
-                ]
-            )
-        except RETRYABLE as exc:
-            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
-        if outcome == "notfound":
-            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        event = from_dict({**json.loads(res_json), "id": make_id(epoch, entry_seq(rid))})
-        assert isinstance(event, ApprovalResolved)
-        if outcome == "resolved":
-            raise ApprovalAlreadyResolved(
-                f"approval {approval_id!r} was already decided", resolution=event
-            )
-        if outcome == "expired":
-            raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=event)
-        return event
-
-    async def _approval_state(
-        self, session: str, approval_id: str
-    ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
-        """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None."""
-        try:
-            st, meta, dec = await self._approval_script(args=[self.prefix, session, approval_id])
-        except RETRYABLE as exc:
-            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
-        if not st:
-            return None
-        return st, json.loads(meta), json.loads(dec) if dec else None
+        return await self._arbiter.resolve(
+            session, approval_id, approved, by, reason, edited, ends_call
+        )
 
     async def decision(self, session: str, approval_id: str) -> Decision | None:
         """The decision on an approval (the real edited args), or None while pending;
         past its expiry it is resolved by timeout first. ``ApprovalNotFound`` for an
         unknown id or another session's."""
         require_asyncio("decision()")
-        state = await self._approval_state(session, approval_id)
-        if state is None:
-            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        status, meta, dec = state
-        if status == "p":
-            expires = meta.get("exp")
-            if expires is None or self._clock() < expires:
-                return None
-            try:
-                await self._resolve(session, approval_id, False, TIMEOUT_BY, None, None, True)
-            except (ApprovalAlreadyResolved, ApprovalExpired):
-                pass
-            state = await self._approval_state(session, approval_id)
-            if state is None or state[2] is None:
-                return None
-            dec = state[2]
-        assert dec is not None
-        args = dec.get("args")
-        return Decision(
-            approval_id=approval_id,
-            approved=bool(dec.get("approved")),
-            by=dec.get("by"),
-            reason=dec.get("reason"),
-            args=args if isinstance(args, dict) else None,
-        )
+        return await self._arbiter.decision(session, approval_id)
 
     async def wait_decision(self, session: str, approval_id: str) -> Decision:
         """Wait for the decision on an approval, woken by the script that resolves it (a
         blocking pop on the approval's own key); bound it with a cancel scope.
         ``ApprovalNotFound`` as for :meth:`decision`."""
         require_asyncio("wait_decision()")
-        self._start_here()
-        with self._lock:
-            target = self._published
-        await self._settle(target, time.monotonic() + self.connect_timeout)  # our request
-        key = f"{self.prefix}:dn:{approval_id}"
-        while True:
-            decision = await self.decision(session, approval_id)
-            if decision is not None:
-                return decision
-            if self._closed:
-                raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
-            try:
-                await self._redis.blpop([key], timeout=1)
-            except RETRYABLE as exc:
-                logger.debug("waiting for a decision: %s", exc)
-                await asyncio.sleep(0.1)
+        return await self._arbiter.wait(session, approval_id)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -1,0 +1,194 @@
+"""How ``RedisBus`` arbitrates approvals: a Lua script decides and appends in one step,
+so exactly one decision wins whichever process makes it; a waiting tracker is woken by a
+blocking pop on the approval's own key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from toolstream._core.approvals import (
+    CANCELLED_BY,
+    TIMEOUT_BY,
+    Decision,
+    denied_summary,
+    published_decision_fields,
+)
+from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.errors import (
+    ApprovalAlreadyResolved,
+    ApprovalExpired,
+    ApprovalNotFound,
+    BusClosed,
+    BusUnavailable,
+)
+from toolstream._core.events import ApprovalResolved, ToolDenied
+from toolstream._core.ids import make_id
+from toolstream._core.jsonenc import dumps
+from toolstream.redis import _scripts
+
+from ._common import RETRYABLE, AsyncScript, entry_seq, redact_url
+
+if TYPE_CHECKING:
+    from ._bus import RedisBus
+
+logger = logging.getLogger("toolstream.redis")
+
+__all__ = ["RedisArbiter"]
+
+
+class RedisArbiter:
+    """The approvals of one :class:`~toolstream.redis.RedisBus` (see its
+    ``resolve_approval``, ``decision`` and ``wait_decision`` for the contract)."""
+
+    def __init__(self, bus: RedisBus) -> None:
+        self.bus = bus
+        self._resolve_script: AsyncScript = bus._redis.register_script(_scripts.RESOLVE)
+        self._approval_script: AsyncScript = bus._redis.register_script(_scripts.APPROVAL)
+
+    async def _run(self, script: AsyncScript, args: list[Any]) -> Any:
+        try:
+            return await script(args=args)
+        except RETRYABLE as exc:
+            url = redact_url(self.bus.url)
+            raise BusUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+
+    async def resolve(
+        self,
+        session: str,
+        approval_id: str,
+        approved: bool,
+        by: str | None,
+        reason: str | None,
+        edited: dict[str, Any] | None,
+        ends_call: bool,
+    ) -> ApprovalResolved:
+        """Decide an approval (``edited``: checked already): the script picks, among
+        this decision and the two it may find instead (expired meanwhile, the call
+        closed elsewhere), the one that wins, and appends its events."""
+        bus = self.bus
+        if bus._closed:
+            raise BusClosed("the bus is closed")
+        state = await self.state(session, approval_id)
+        if state is None:
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        meta = state[1]
+        run_id, call_id, tool, parent = meta["env"]
+        envelope = {
+            "session": session,
+            "run_id": run_id,
+            "call_id": call_id,
+            "tool": tool,
+            "parent_call_id": parent,
+        }
+        before_run = not meta.get("running", False)
+        variants: list[str] = []
+        for ok, who, why, changes, ends in (
+            (approved, by, reason, edited, ends_call),  # this decision
+            (False, TIMEOUT_BY, None, None, True),  # expired meanwhile
+            (False, CANCELLED_BY, None, None, False),  # the call was closed elsewhere
+        ):
+            fields = published_decision_fields(bus.payload, ok, who, why, changes)
+            ts = bus._clock()
+            res = to_dict(
+                ApprovalResolved(id="-", ts=ts, approval_id=approval_id, **envelope, **fields)
+            )
+            del res["id"]
+            dec = {"approved": ok, "by": who, "reason": why, "args": changes}
+            den = ""
+            if not ok and before_run and ends:
+                denied = to_dict(
+                    ToolDenied(
+                        id="-",
+                        ts=ts,
+                        **envelope,
+                        reason=fields["reason"],
+                        by=fields["by"],
+                        summary=bus.payload.text(denied_summary(tool, who, why)),
+                    )
+                )
+                del denied["id"]
+                den = dumps(denied)
+            variants += [dumps(res), dumps(dec), den]
+        kind = "t" if by == TIMEOUT_BY else "d"
+        outcome, res_json, rid, epoch = await self._run(
+            self._resolve_script,
+            [bus.prefix, session, approval_id, bus._clock(), int(bus.session_ttl), kind, *variants],
+        )
+        if outcome == "notfound":
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        event = from_dict({**json.loads(res_json), "id": make_id(epoch, entry_seq(rid))})
+        assert isinstance(event, ApprovalResolved)
+        if outcome == "resolved":
+            raise ApprovalAlreadyResolved(
+                f"approval {approval_id!r} was already decided", resolution=event
+            )
+        if outcome == "expired":
+            raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=event)
+        return event
+
+    async def state(
+        self, session: str, approval_id: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
+        """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None."""
+        args = [self.bus.prefix, session, approval_id]
+        st, meta, dec = await self._run(self._approval_script, args)
+        if not st:
+            return None
+        return st, json.loads(meta), json.loads(dec) if dec else None
+
+    async def decision(self, session: str, approval_id: str) -> Decision | None:
+        """The decision on an approval (the real edited args), or None while pending;
+        past its expiry it is resolved by timeout first. ``ApprovalNotFound`` for an
+        unknown id or another session's."""
+        bus = self.bus
+        state = await self.state(session, approval_id)
+        if state is None:
+            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+        status, meta, dec = state
+        if status == "p":
+            expires = meta.get("exp")
+            if expires is None or bus._clock() < expires:
+                return None
+            try:
+                await self.resolve(session, approval_id, False, TIMEOUT_BY, None, None, True)
+            except (ApprovalAlreadyResolved, ApprovalExpired):
+                pass
+            state = await self.state(session, approval_id)
+            if state is None or state[2] is None:
+                return None
+            dec = state[2]
+        assert dec is not None
+        args = dec.get("args")
+        return Decision(
+            approval_id=approval_id,
+            approved=bool(dec.get("approved")),
+            by=dec.get("by"),
+            reason=dec.get("reason"),
+            args=args if isinstance(args, dict) else None,
+        )
+
+    async def wait(self, session: str, approval_id: str) -> Decision:
+        """Wait for the decision on an approval, woken by the script that resolves it (a
+        blocking pop on the approval's own key); bound it with a cancel scope.
+        ``ApprovalNotFound`` as for :meth:`decision`."""
+        bus = self.bus
+        bus._start_here()
+        with bus._lock:
+            target = bus._published
+        await bus._settle(target, time.monotonic() + bus.connect_timeout)  # our request
+        key = f"{bus.prefix}:dn:{approval_id}"
+        while True:
+            decision = await self.decision(session, approval_id)
+            if decision is not None:
+                return decision
+            if bus._closed:
+                raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
+            try:
+                await bus._redis.blpop([key], timeout=1)
+            except RETRYABLE as exc:
+                logger.debug("waiting for a decision: %s", exc)
+                await asyncio.sleep(0.1)
