@@ -103,10 +103,17 @@ class Calls:
         """The call waits for a person; its approval id (None when it cannot wait)."""
         handle = self.ready(call_id, tool, args)
         if self.state_of(handle) == "ready":
-            approval_id = handle.await_approval(reason, timeout=self.approval_timeout)
-            self.approvals[call_id] = approval_id
-            return approval_id
+            return self.ask_for(handle, reason)
         return handle.approval_id
+
+    def ask_for(self, handle: CallHandle, reason: str | None) -> str:
+        """Ask a person about ``handle`` (waiting to run, or running) unless an approval
+        is pending already; its approval id, recorded for the decision."""
+        approval_id = handle.approval_id
+        if approval_id is None:
+            approval_id = handle.await_approval(reason, timeout=self.approval_timeout)
+        self.approvals[handle.call_id] = approval_id
+        return approval_id
 
 
 C = TypeVar("C", bound=Calls)

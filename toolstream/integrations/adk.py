@@ -159,12 +159,8 @@ class ToolstreamPlugin(BasePlugin):
             return None
         actions = getattr(tool_context, "actions", None)
         asked = getattr(actions, "requested_tool_confirmations", None) or {}
-        if call_id in asked:
-            if handle.approval_id is None:  # asked from inside the running tool
-                hint = getattr(asked[call_id], "hint", None) or None
-                self.calls.approvals[call_id] = handle.await_approval(
-                    hint, timeout=self.calls.approval_timeout
-                )
+        if call_id in asked:  # gated (asked already), or asked from inside the tool
+            self.calls.ask_for(handle, getattr(asked[call_id], "hint", None) or None)
             return None
         handle.complete(result)
         return None

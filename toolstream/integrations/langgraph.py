@@ -128,13 +128,9 @@ def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
         handle = calls.open(value.get("tool_call_id"))
         if handle is None:
             continue
-        if handle.approval_id is None:
-            # our convention names a reason; HumanInTheLoopMiddleware a description
-            reason = value.get("reason", value.get("description"))
-            approval_id = handle.await_approval(
-                reason if isinstance(reason, str) else None, timeout=calls.approval_timeout
-            )
-            calls.approvals[handle.call_id] = approval_id
+        # our convention names a reason; HumanInTheLoopMiddleware a description
+        reason = value.get("reason", value.get("description"))
+        calls.ask_for(handle, reason if isinstance(reason, str) else None)
         _INTERRUPTS[getattr(item, "id", "")] = handle.call_id
         waiting = True
     return waiting
