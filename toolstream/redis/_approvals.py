@@ -177,8 +177,7 @@ class RedisArbiter:
         ``ApprovalNotFound`` as for :meth:`decision`."""
         bus = self.bus
         bus._start_here()
-        with bus._lock:
-            target = bus._published
+        target = bus._outbox.published
         await bus._settle(target, time.monotonic() + bus.connect_timeout)  # our request
         key = f"{bus.prefix}:dn:{approval_id}"
         while True:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import threading
 import time
-from collections import deque
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 from typing_extensions import Self
@@ -34,7 +32,6 @@ from toolstream._core.errors import (
     BusUnavailable,
 )
 from toolstream._core.events import (
-    DELTA_EVENTS,
     ApprovalRequested,
     ApprovalResolved,
     Event,
@@ -53,6 +50,7 @@ from toolstream._core.events import (
 )
 from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
+from toolstream._core.outbox import CheckpointMarks, Outbox, OutboxOverflow, Refused
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
 from toolstream._core.start import (
@@ -63,7 +61,6 @@ from toolstream._core.start import (
 )
 from toolstream._core.subscription import FeederStats
 from toolstream._core.view import LiveView
-from toolstream._core.wake import current_backend
 from toolstream.redis import _scripts
 
 from ._approvals import RedisArbiter
@@ -102,11 +99,6 @@ _KINDS: dict[type, str] = {
     RunFinished: "f",
 }
 
-#: ``"drop-deltas"``: when the outbox is full, new progress, partial-output and text-delta
-#: events are dropped; lifecycle events are kept up to twice the limit, past which the
-#: oldest unsent events go. ``"drop-oldest"``: the oldest unsent event goes.
-OutboxOverflow = Literal["drop-deltas", "drop-oldest"]
-
 
 @attrs.define
 class RedisBusStats:
@@ -126,8 +118,11 @@ class RedisBusStats:
     dropped: int = 0
     #: Events waiting in the outbox now.
     outbox: int = 0
-    #: Failed attempts to write a batch (each retried).
+    #: Failed attempts to write a batch (retried, unless Redis refused it).
     flush_errors: int = 0
+    #: Events Redis refused with an error retrying cannot cure (dropped, logged; the
+    #: next ``flush()`` raises ``BusUnavailable`` saying so).
+    refused: int = 0
     #: Calls and runs this process closed for writers whose lease ran out.
     reaped: int = 0
     #: Subscriptions cut with ``SlowConsumer``.
@@ -188,12 +183,6 @@ class RedisBus:
             raise ValueError(f"replay must be at least 1, got {replay}")
         if not session_ttl >= 1:
             raise ValueError(f"session_ttl must be at least 1 second, got {session_ttl}")
-        if outbox < 1:
-            raise ValueError(f"outbox must be at least 1, got {outbox}")
-        if outbox_overflow not in ("drop-deltas", "drop-oldest"):
-            raise ValueError(
-                f"outbox_overflow must be 'drop-deltas' or 'drop-oldest', got {outbox_overflow!r}"
-            )
         if not lease >= 0.3:
             raise ValueError(f"lease must be at least 0.3 seconds, got {lease}")
         if not connect_timeout > 0:
@@ -238,25 +227,19 @@ class RedisBus:
         self._reap_script: AsyncScript = self._redis.register_script(_scripts.REAP)
         self._after_script: AsyncScript = self._redis.register_script(_scripts.READ_AFTER)
         self._arbiter = RedisArbiter(self)
-        self._lock = threading.Lock()
+        self._outbox = Outbox(
+            outbox, outbox_overflow, broker=f"Redis at {redact_url(url)}", start=self._start_here
+        )
+        self._lock = self._outbox.lock  # also guards the ids assigned here
         self._last = 0  # the newest id number assigned here
-        self._outbox: deque[Event] = deque()
-        self._inflight = 0  # events at the outbox's head being written now
-        self._settled = 0  # events that left the outbox (written, or dropped)
-        self._published = 0
         self._stats = RedisBusStats()
         self._sub_stats = FeederStats()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
-        self._kick_pending = False
-        self._event: asyncio.Event | None = None
-        self._progress: asyncio.Event | None = None  # set (and replaced) as events settle
         self._tasks: list[asyncio.Task[None]] = []
         self._subs: set[RedisSubscription[Any]] = set()
         self._registered = False  # this process wrote events (holds a lease)
-        self._down_since: float | None = None
-        self._marks: dict[str, tuple[list[int], deque[tuple[int, str]]]] = {}
+        self._marks = CheckpointMarks(replay)
 
     def __repr__(self) -> str:
         return (
@@ -299,7 +282,11 @@ class RedisBus:
     def stats(self) -> RedisBusStats:
         """Counters of this process: published, flushed, duplicates skipped, dropped..."""
         stats = self._stats
-        stats.published = self._published
+        counts = self._outbox.counts
+        stats.published = counts.published
+        stats.dropped = counts.dropped
+        stats.flush_errors = counts.flush_errors
+        stats.refused = counts.refused
         stats.outbox = len(self._outbox)
         stats.cut = self._sub_stats.cut
         stats.coalesced = self._sub_stats.coalesced
@@ -330,15 +317,14 @@ class RedisBus:
         for task in self._tasks:
             task.cancel()
         self._loop = loop
-        self._loop_thread = threading.get_ident()
-        self._event = asyncio.Event()
-        self._progress = asyncio.Event()
+        self._outbox.bind(loop)
+        flusher = self._outbox.run(
+            self._write, RETRYABLE, batch=self.batch, written=self._checkpoints
+        )
         self._tasks = [
-            loop.create_task(self._flusher(), name="toolstream-redis-flusher"),
+            loop.create_task(flusher, name="toolstream-redis-flusher"),
             loop.create_task(self._leases(), name="toolstream-redis-leases"),
         ]
-        if self._outbox:
-            self._event.set()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -394,7 +380,6 @@ class RedisBus:
         of this clock: see ``stats.renumbered`` and docs/decisions.md).
         """
         build = prepare(event_type, fields)[0]
-        kick = False
         with self._lock:
             if self._closed:
                 raise BusClosed("the bus is closed")
@@ -404,147 +389,31 @@ class RedisBus:
                 seq = self._last + 1
             self._last = seq
             event = build(fields, f"{self.epoch}-{seq}", ts)[0]
-            outbox = self._outbox
-            outbox.append(event)
-            self._published += 1
-            if len(outbox) > self.outbox_limit:
-                self._overflow(event)
-            if not self._kick_pending:
-                self._kick_pending = kick = True
+            kick = self._outbox.append(event)
         if kick:
-            self._kick()
+            self._outbox.kick("RedisBus publish()")
         return event  # type: ignore[return-value]  # built from event_type
-
-    def _overflow(self, newest: Event) -> None:
-        """The outbox is over its limit (Redis away): apply ``outbox_overflow``."""
-        outbox = self._outbox
-        if self.outbox_overflow == "drop-deltas" and type(newest) in DELTA_EVENTS:
-            outbox.pop()
-            dropped = 1
-        elif self.outbox_overflow == "drop-deltas" and len(outbox) <= 2 * self.outbox_limit:
-            return
-        elif len(outbox) > self._inflight:
-            del outbox[self._inflight]
-            dropped = 1
-        else:  # pragma: no cover - the in-flight batch is never above the limit
-            return
-        self._settled += dropped
-        if self._stats.dropped == 0 or self._stats.dropped % 10_000 == 0:
-            logger.error(
-                "outbox full (%d events, Redis unreachable): dropping events (%s)",
-                len(outbox),
-                self.outbox_overflow,
-            )
-        self._stats.dropped += dropped
-
-    def _kick(self) -> None:
-        """Wake the flusher (from any thread)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                if current_backend() == "trio":
-                    require_asyncio("publish()")
-                return  # no loop yet: the outbox is flushed once one starts the bus
-            self._start_here()
-            return
-        event = self._event
-        assert event is not None
-        if threading.get_ident() == self._loop_thread:
-            event.set()
-        else:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
 
     async def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every event published before this call reached Redis (or was
-        dropped by the outbox policy). ``TimeoutError`` after ``timeout`` seconds."""
+        dropped by the outbox policy). ``TimeoutError`` after ``timeout`` seconds;
+        ``BusUnavailable`` if Redis refused events meanwhile (dropped, logged)."""
         require_asyncio("flush()")
         if not self._closed:
             self._start_here()
-        target = self._published
-        await self._settle(target, None if timeout is None else time.monotonic() + timeout)
+        refused = self._outbox.counts.refused
+        await self._settle(
+            self._outbox.published, None if timeout is None else time.monotonic() + timeout
+        )
+        if self._outbox.counts.refused > refused:
+            raise BusUnavailable(
+                f"Redis at {redact_url(self.url)} refused "
+                f"{self._outbox.counts.refused - refused} events (dropped; see the log)"
+            )
 
     async def _settle(self, target: int, deadline: float | None) -> None:
-        """Wait until ``target`` events left the outbox: woken by the flusher in its own
-        loop (no polling delay), polled from another loop."""
-        delay = 0.0005
-        while self._settled < target:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"{target - self._settled} events not yet written to Redis "
-                    f"({redact_url(self.url)} unreachable?)"
-                )
-            progress = self._progress
-            if progress is not None and self._loop is asyncio.get_running_loop():
-                # Capped: the outbox policy may settle events from another thread.
-                left = 0.05
-                if deadline is not None:
-                    left = max(0.0, min(left, deadline - time.monotonic()))
-                try:
-                    await asyncio.wait_for(progress.wait(), left)
-                except TimeoutError:
-                    pass
-                continue
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def _settled_more(self) -> None:
-        """Wake whoever waits for the outbox (the flusher's loop)."""
-        progress = self._progress
-        if progress is not None:
-            self._progress = asyncio.Event()
-            progress.set()
-
-    async def _flusher(self) -> None:
-        event = self._event
-        assert event is not None
-        backoff = 0.05
-        while True:
-            await event.wait()
-            event.clear()
-            with self._lock:
-                self._kick_pending = False
-            while True:
-                with self._lock:
-                    n = min(len(self._outbox), self.batch)
-                    batch = [self._outbox[i] for i in range(n)]
-                    self._inflight = n
-                if not batch:
-                    break
-                try:
-                    await self._write(batch)
-                except RETRYABLE as exc:
-                    self._stats.flush_errors += 1
-                    if self._down_since is None:
-                        self._down_since = time.monotonic()
-                        logger.warning("Redis unreachable (%s); keeping events in the outbox", exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    continue
-                except redis.ResponseError as exc:
-                    # Not a connection problem: retrying the same batch would fail the
-                    # same way forever. Drop it, loudly, so the rest can go.
-                    self._stats.flush_errors += 1
-                    self._stats.dropped += len(batch)
-                    logger.error("Redis refused %d events, dropped: %s", len(batch), exc)
-                if self._down_since is not None:
-                    logger.warning(
-                        "Redis reachable again after %.1f s",
-                        time.monotonic() - self._down_since,
-                    )
-                    self._down_since = None
-                backoff = 0.05
-                with self._lock:
-                    for _ in range(len(batch)):
-                        self._outbox.popleft()
-                    self._inflight = 0
-                    self._settled += len(batch)
-                self._settled_more()
-                await self._checkpoints(batch)
+        """Wait until ``target`` events left the outbox (see :meth:`Outbox.settle`)."""
+        await self._outbox.settle(target, deadline)
 
     async def _write(self, batch: Sequence[Event]) -> None:
         args: list[Any] = [
@@ -581,7 +450,14 @@ class RedisBus:
                 args += ("-", entry, ev.call_id or "", blob)
             else:
                 args += (kind, entry, ev.call_id or "", ev.run_id or "", ev.tool or "", blob)
-        epoch, codes, moved = await self._flush_script(args=args)
+        try:
+            epoch, codes, moved = await self._flush_script(args=args)
+        except RETRYABLE:
+            raise
+        except redis.ResponseError as exc:
+            # Not a connection problem: retrying the same batch would fail the same
+            # way forever. The outbox drops it, counted, and flush() says so.
+            raise Refused(str(exc)) from exc
         self._registered = True
         self._set_epoch(epoch)
         stats = self._stats
@@ -608,23 +484,12 @@ class RedisBus:
     async def _checkpoints(self, batch: list[Event]) -> None:
         """Every ``replay // 4`` events written to a session, store its state as of
         ``replay`` events back and trim the stream up to there."""
-        step = max(self.replay // 4, 1)
-        due: dict[str, str] = {}
+        due: dict[str, int] = {}
         for ev in batch:
-            session = ev.session
-            marks = self._marks.get(session)
-            if marks is None:
-                if len(self._marks) > 10_000:
-                    self._marks.clear()  # bounded; a forgotten session just trims later
-                marks = self._marks[session] = ([0], deque())
-            count = marks[0][0] = marks[0][0] + 1
-            if count % step == 0:
-                marks[1].append((count, seq_entry(event_seq(ev.id))))
-            while marks[1] and count - marks[1][0][0] >= self.replay:
-                due[session] = marks[1].popleft()[1]
-        for session, entry in due.items():
+            self._marks.add(ev.session, event_seq(ev.id), due)
+        for session, seq in due.items():
             try:
-                await self._checkpoint(session, entry)
+                await self._checkpoint(session, seq_entry(seq))
             except RETRYABLE as exc:
                 logger.info("checkpoint of %s skipped: %s", session, exc)
 
@@ -659,6 +524,10 @@ class RedisBus:
                     await self.reap_lost()
             except RETRYABLE as exc:
                 logger.debug("lease renewal failed: %s", exc)
+            except Exception:
+                # Never let the lease task die: a dead renewer gets a live worker
+                # reaped as "worker lost". Logged, and tried again next round.
+                logger.exception("lease renewal failed")
 
     async def reap_lost(self) -> int:
         """Close (``tool.cancelled``, reason ``"worker lost"``) the open calls and runs of
@@ -758,8 +627,7 @@ class RedisBus:
     def _snapshot_of(self, session: str, state: SessionState, run: str | None) -> Snapshot:
         view = state.folded()
         top = state.events[-1][0] if state.events else 0
-        with self._lock:
-            pending = [ev for ev in self._outbox if ev.session == session]
+        pending = self._outbox.pending(session)
         for ev in pending:  # written meanwhile or not: apply what Redis did not show
             if event_seq(ev.id) > top:
                 view.apply(ev)
@@ -827,7 +695,7 @@ class RedisBus:
         self._start_here()
         with self._lock:
             since = max(self._last, int(self._clock() * 1000) * SCALE - 1)
-            barrier = self._published
+            barrier = self._outbox.published
         sub: RedisSubscription[Any] = RedisSubscription(
             self, session, request=request, since=since, barrier=barrier
         )
