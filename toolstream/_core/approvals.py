@@ -29,6 +29,7 @@ __all__ = [
     "check_timeout",
     "denied_summary",
     "new_approval_id",
+    "resolution_variants",
 ]
 
 #: ``by`` of the resolution published when an approval expires.
@@ -246,3 +247,50 @@ def published_decision_fields(
         "reason": payload.text(reason) if reason is not None else None,
         "args": None if edited is None else payload.value(edited),
     }
+
+
+def resolution_variants(
+    payload: Any,
+    clock: Any,
+    approval_id: str,
+    envelope: dict[str, Any],
+    before_run: bool,
+    decision: tuple[bool, str | None, str | None, dict[str, Any] | None, bool],
+) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]:
+    """What a broker bus may write when it arbitrates a decision, decided there in one
+    step: for ``decision`` (approved, by, reason, edited args, ends_call), for an expiry
+    found meanwhile, and for a call closed elsewhere (in that order), the resolution
+    event, the decision as the waiting tool reads it, and the denial event (or None),
+    each as a dict without its id. ``envelope`` holds the call's session, run_id,
+    call_id, tool and parent_call_id; ``before_run``: the call has not started."""
+    from toolstream._core.codec import to_dict
+    from toolstream._core.events import ApprovalResolved, ToolDenied
+
+    variants = []
+    for ok, who, why, changes, ends in (
+        decision,
+        (False, TIMEOUT_BY, None, None, True),  # expired meanwhile
+        (False, CANCELLED_BY, None, None, False),  # the call was closed elsewhere
+    ):
+        fields = published_decision_fields(payload, ok, who, why, changes)
+        ts = clock()
+        res = to_dict(
+            ApprovalResolved(id="-", ts=ts, approval_id=approval_id, **envelope, **fields)
+        )
+        del res["id"]
+        dec = {"approved": ok, "by": who, "reason": why, "args": changes}
+        den: dict[str, Any] | None = None
+        if not ok and before_run and ends:
+            den = to_dict(
+                ToolDenied(
+                    id="-",
+                    ts=ts,
+                    **envelope,
+                    reason=fields["reason"],
+                    by=fields["by"],
+                    summary=payload.text(denied_summary(envelope["tool"], who, why)),
+                )
+            )
+            del den["id"]
+        variants.append((res, dec, den))
+    return variants

@@ -26,10 +26,11 @@ from .errors import BusUnavailable
 from .events import Event, StreamReset
 from .start import Retained, StartRequest, start_position
 from .subscription import Feeder, FeederStats, Log, Subscription, wake_all
+from .view import LiveView
 
 logger = logging.getLogger("toolstream.broker")
 
-__all__ = ["BrokerStart", "FedSubscription", "retry_until", "stop_task"]
+__all__ = ["BrokerStart", "FedSubscription", "SessionState", "retry_until", "stop_task"]
 
 E_co = TypeVar("E_co", bound=Event, covariant=True)
 T = TypeVar("T")
@@ -45,6 +46,36 @@ class BrokerStart:
     retained: Retained
     live_seq: int
     last_seq: int
+
+
+@attrs.frozen
+class SessionState:
+    """A session as a broker bus read it in one consistent step: the broker's ``epoch``,
+    the ``last`` position, the ``floor`` (cursors below it cannot be served: trimmed,
+    or before the checkpoint), the state ``base`` at the checkpoint (or empty) and the
+    retained ``events`` after it with their positions."""
+
+    epoch: str
+    last: int
+    floor: int
+    base: LiveView
+    events: list[tuple[int, Event]]
+
+    def folded(self) -> LiveView:
+        """The state after every retained event (advances the base view: call once)."""
+        view = self.base
+        for _, event in self.events:
+            view.apply(event)
+        return view
+
+    def retained(self) -> Retained:
+        """What a subscription starts from."""
+        return Retained(
+            [event for _, event in self.events],
+            [seq for seq, _ in self.events],
+            self.base,
+            self.floor,
+        )
 
 
 async def retry_until(

@@ -11,13 +11,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.approvals import (
-    CANCELLED_BY,
     TIMEOUT_BY,
     Decision,
-    denied_summary,
-    published_decision_fields,
+    resolution_variants,
 )
-from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.codec import from_dict
 from toolstream._core.errors import (
     ApprovalAlreadyResolved,
     ApprovalExpired,
@@ -25,7 +23,7 @@ from toolstream._core.errors import (
     BusClosed,
     BusUnavailable,
 )
-from toolstream._core.events import ApprovalResolved, ToolDenied
+from toolstream._core.events import ApprovalResolved
 from toolstream._core.ids import make_id
 from toolstream._core.jsonenc import dumps
 from toolstream.redis import _scripts
@@ -86,33 +84,15 @@ class RedisArbiter:
         }
         before_run = not meta.get("running", False)
         variants: list[str] = []
-        for ok, who, why, changes, ends in (
-            (approved, by, reason, edited, ends_call),  # this decision
-            (False, TIMEOUT_BY, None, None, True),  # expired meanwhile
-            (False, CANCELLED_BY, None, None, False),  # the call was closed elsewhere
+        for res, dec, den in resolution_variants(
+            bus.payload,
+            bus._clock,
+            approval_id,
+            envelope,
+            before_run,
+            (approved, by, reason, edited, ends_call),
         ):
-            fields = published_decision_fields(bus.payload, ok, who, why, changes)
-            ts = bus._clock()
-            res = to_dict(
-                ApprovalResolved(id="-", ts=ts, approval_id=approval_id, **envelope, **fields)
-            )
-            del res["id"]
-            dec = {"approved": ok, "by": who, "reason": why, "args": changes}
-            den = ""
-            if not ok and before_run and ends:
-                denied = to_dict(
-                    ToolDenied(
-                        id="-",
-                        ts=ts,
-                        **envelope,
-                        reason=fields["reason"],
-                        by=fields["by"],
-                        summary=bus.payload.text(denied_summary(tool, who, why)),
-                    )
-                )
-                del denied["id"]
-                den = dumps(denied)
-            variants += [dumps(res), dumps(dec), den]
+            variants += [dumps(res), dumps(dec), dumps(den) if den is not None else ""]
         kind = "t" if by == TIMEOUT_BY else "d"
         outcome, res_json, rid, epoch = await self._run(
             self._resolve_script,

@@ -72,6 +72,7 @@ from ._common import (
     SessionState,
     aredis,
     entry_seq,
+    parse_state,
     redact_url,
     redis,
     require_asyncio,
@@ -594,7 +595,7 @@ class RedisBus:
 
     def _parse_state(self, raw: Sequence[Any]) -> SessionState:
         view = LiveView(max_finished=self._max_finished, compare=self.compare)
-        return SessionState.parse(raw, view)
+        return parse_state(raw, view)
 
     async def _read_state(self, session: str, upto: str = "+") -> SessionState:
         raw = await self._state_script(args=[self.prefix, session, upto])

@@ -10,12 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import attrs
-
+from toolstream._core.broker import SessionState
 from toolstream._core.codec import from_dict
 from toolstream._core.errors import EventDecodeError
 from toolstream._core.events import Event
-from toolstream._core.start import Retained
 from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 
@@ -31,6 +29,7 @@ logger = logging.getLogger("toolstream.redis")
 __all__ = [
     "NETWORK_ERRORS",
     "SessionState",
+    "parse_state",
     "decode_entry",
     "AsyncScript",
     "aredis",
@@ -110,46 +109,20 @@ def decode_entry(epoch: str, entry: str, fields: Any) -> Event | None:
         return None
 
 
-@attrs.frozen
-class SessionState:
-    """A session as read from Redis in one atomic step (the READ_STATE script)."""
-
-    epoch: str
-    last: int  # last-generated entry id, as a number
-    floor: int  # cursors below this cannot be served (trimmed, or before the checkpoint)
-    base: LiveView  # the state at the checkpoint (or empty)
-    events: list[tuple[int, Event]]  # retained events after the checkpoint
-
-    @classmethod
-    def parse(cls, raw: Sequence[Any], view: LiveView) -> SessionState:
-        """The script's reply; ``view`` (empty) becomes the state at the checkpoint."""
-        epoch, last, maxdel, ck_id, ck_state, entries = raw
-        floor = entry_seq(maxdel)
-        if ck_id:
-            floor = max(floor, entry_seq(ck_id))
-            try:
-                view.apply(from_dict(json.loads(ck_state)))
-            except (ValueError, EventDecodeError) as exc:
-                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
-        events = []
-        for entry, fields in entries:
-            event = decode_entry(epoch, entry, fields)
-            if event is not None:
-                events.append((entry_seq(entry), event))
-        return cls(epoch or "", entry_seq(last), floor, view, events)
-
-    def folded(self) -> LiveView:
-        """The state after every retained event (advances the base view: call once)."""
-        view = self.base
-        for _, event in self.events:
-            view.apply(event)
-        return view
-
-    def retained(self) -> Retained:
-        """What a subscription starts from."""
-        return Retained(
-            [event for _, event in self.events],
-            [seq for seq, _ in self.events],
-            self.base,
-            self.floor,
-        )
+def parse_state(raw: Sequence[Any], view: LiveView) -> SessionState:
+    """The READ_STATE script's reply; ``view`` (empty) becomes the state at the
+    checkpoint."""
+    epoch, last, maxdel, ck_id, ck_state, entries = raw
+    floor = entry_seq(maxdel)
+    if ck_id:
+        floor = max(floor, entry_seq(ck_id))
+        try:
+            view.apply(from_dict(json.loads(ck_state)))
+        except (ValueError, EventDecodeError) as exc:
+            logger.error("checkpoint of a session unreadable, ignored: %s", exc)
+    events = []
+    for entry, fields in entries:
+        event = decode_entry(epoch, entry, fields)
+        if event is not None:
+            events.append((entry_seq(entry), event))
+    return SessionState(epoch or "", entry_seq(last), floor, view, events)

@@ -1,0 +1,100 @@
+"""What the NATS bus and its subscriptions share: the client library, the retryable
+errors, and how a session becomes one subject token."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from typing import Any
+
+from toolstream._core.broker import SessionState
+from toolstream._core.codec import from_dict
+from toolstream._core.errors import EventDecodeError
+from toolstream._core.events import Event
+
+try:
+    import nats
+    import nats.errors
+    import nats.js.errors
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
+    from nats.js import api as js_api
+    from nats.js.kv import KeyValue
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("toolstream.nats needs nats-py: pip install 'toolstream[nats]'") from exc
+
+logger = logging.getLogger("toolstream.nats")
+
+__all__ = [
+    "RETRYABLE",
+    "JetStreamContext",
+    "KeyValue",
+    "Msg",
+    "NatsClient",
+    "SessionState",
+    "decode_message",
+    "js_api",
+    "nats",
+    "session_token",
+    "token_session",
+]
+
+#: Errors that mean "NATS is away (or electing a leader) now": retried, never fatal.
+RETRYABLE: tuple[type[BaseException], ...] = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.errors.ConnectionReconnectingError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.ServerError,
+    TimeoutError,
+    OSError,
+)
+
+#: JetStream's error code for a failed ``Nats-Expected-Last-Sequence``.
+WRONG_LAST_SEQUENCE = 10071
+
+_SAFE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def session_token(session: str) -> str:
+    """``session`` as one subject token and KV key: itself when made of letters,
+    digits, ``_`` and ``-`` (up to 128), else ``=`` and its UTF-8 in unpadded base64url.
+    Different sessions never share a token, and no token holds ``.``, ``*`` or ``>``."""
+    if _SAFE.fullmatch(session):
+        return session
+    raw = base64.urlsafe_b64encode(session.encode("utf-8", "surrogatepass"))
+    return "=" + raw.decode("ascii").rstrip("=")
+
+
+def token_session(token: str) -> str:
+    """The session a :func:`session_token` names."""
+    if not token.startswith("="):
+        return token
+    body = token[1:]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def decode_message(epoch: str, seq: int, data: bytes) -> Event | None:
+    """The event stored at stream sequence ``seq`` (None, logged, if it is malformed)."""
+    try:
+        fields = json.loads(data)
+        fields["id"] = f"{epoch}-{seq}"
+        return from_dict(fields)
+    except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
+        logger.warning("skipped a malformed message at sequence %d: %s", seq, exc)
+        return None
+
+
+def api_code(exc: BaseException) -> int | None:
+    """The JetStream error code of an API error (None for anything else)."""
+    code: Any = getattr(exc, "err_code", None)
+    return int(code) if isinstance(code, int) else None
