@@ -3,6 +3,7 @@ errors, and how a session becomes one subject token."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -29,6 +30,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = [
+    "Pipeline",
+    "NATS_ERRORS",
     "RETRYABLE",
     "JetStreamContext",
     "KeyValue",
@@ -57,6 +60,9 @@ RETRYABLE: tuple[type[BaseException], ...] = (
     OSError,
 )
 
+#: Anything the client library raises (a retryable error, or one from the server).
+NATS_ERRORS: tuple[type[BaseException], ...] = (*RETRYABLE, nats.errors.Error)
+
 #: JetStream's error code for a failed ``Nats-Expected-Last-Sequence``.
 WRONG_LAST_SEQUENCE = 10071
 
@@ -78,9 +84,7 @@ def token_session(token: str) -> str:
     if not token.startswith("="):
         return token
     body = token[1:]
-    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode(
-        "utf-8", "surrogatepass"
-    )
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", "surrogatepass")
 
 
 def decode_message(epoch: str, seq: int, data: bytes) -> Event | None:
@@ -98,3 +102,60 @@ def api_code(exc: BaseException) -> int | None:
     """The JetStream error code of an API error (None for anything else)."""
     code: Any = getattr(exc, "err_code", None)
     return int(code) if isinstance(code, int) else None
+
+
+class Pipeline:
+    """Publishes to JetStream without waiting for each acknowledgement: ``send`` puts
+    the message on the connection in call order and returns a future of its ack (or of
+    the server's error). nats-py's own ``publish_async`` loses a server error (its
+    reply handler raises instead of failing the future), which would hang a flusher."""
+
+    def __init__(self, nc: NatsClient) -> None:
+        self._nc = nc
+        self._prefix: str | None = None
+        self._futures: dict[str, asyncio.Future[js_api.PubAck]] = {}
+        self._n = 0
+
+    async def send(
+        self, subject: str, payload: bytes, headers: dict[str, str]
+    ) -> asyncio.Future[js_api.PubAck]:
+        """Publish one message; the future of its acknowledgement."""
+        if self._prefix is None:
+            prefix = self._nc.new_inbox()
+            await self._nc.subscribe(prefix + ".*", cb=self._on_reply)
+            self._prefix = prefix
+        self._n += 1
+        token = str(self._n)
+        future: asyncio.Future[js_api.PubAck] = asyncio.get_running_loop().create_future()
+        self._futures[token] = future
+        future.add_done_callback(lambda _: self._futures.pop(token, None))
+        await self._nc.publish(subject, payload, reply=f"{self._prefix}.{token}", headers=headers)
+        return future
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._futures.pop(msg.subject.rpartition(".")[2], None)
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get("Status") == "503":
+            future.set_exception(nats.js.errors.NoStreamResponseError())
+            return
+        try:
+            resp = json.loads(msg.data)
+        except ValueError as exc:
+            future.set_exception(nats.js.errors.Error(f"unreadable acknowledgement: {exc}"))
+            return
+        err = resp.get("error")
+        if err is None:
+            future.set_result(js_api.PubAck.from_response(resp))
+            return
+        code = err.get("code")
+        kind: type[nats.js.errors.APIError] = nats.js.errors.APIError
+        if code == 503:
+            kind = nats.js.errors.ServiceUnavailableError
+        elif isinstance(code, int) and code >= 500:
+            kind = nats.js.errors.ServerError
+        elif code == 400:
+            kind = nats.js.errors.BadRequestError
+        future.set_exception(
+            kind(code=code, err_code=err.get("err_code"), description=err.get("description"))
+        )

@@ -1,0 +1,1282 @@
+"""NatsBus: the Bus protocol on NATS JetStream, for several processes sharing one stream.
+
+One stream holds every session (subject ``<prefix>.<session token>``); an event's id is
+``"<epoch>-<stream sequence>"``, the epoch naming the stream's creation. Publishing
+appends to the shared outbox (:mod:`toolstream._core.outbox`) and returns at once; the
+flusher publishes batches pipelined, each message asking for its exact sequence
+(``Nats-Expected-Last-Sequence``), so the stream's order is the publisher's order even
+across a lost connection, and a retried message is recognised by its ``Nats-Msg-Id``
+at the sequence it asked for. Three KV buckets hold what must be decided once:
+``<prefix>_ck`` the sessions' checkpoints, ``<prefix>_ap`` the approvals (compare-and-
+swap: one decision wins), ``<prefix>_w`` the writers' leases and open calls (compare-
+and-swap: one reaper per lost writer, and a fenced writer finds out before it writes).
+docs/decisions.md records each mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from typing_extensions import Self
+
+from toolstream._core.approvals import Decision, check_decision
+from toolstream._core.broker import SessionState, stop_task
+from toolstream._core.build import prepare
+from toolstream._core.codec import from_dict, to_dict
+from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
+from toolstream._core.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ErrorInfo,
+    Event,
+    RunFinished,
+    RunStarted,
+    Snapshot,
+    StreamReset,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolDenied,
+    ToolFailed,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+from toolstream._core.ids import compare_ids, make_id
+from toolstream._core.jsonenc import dumps
+from toolstream._core.outbox import CheckpointMarks, Outbox, OutboxOverflow, Refused
+from toolstream._core.payload import PayloadPolicy
+from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
+from toolstream._core.start import Overflow, StartRequest, resume_request, subscribe_request
+from toolstream._core.subscription import FeederStats
+from toolstream._core.view import LiveView
+from toolstream._core.wake import current_backend
+
+from ._approvals import NatsArbiter, event_json
+from ._common import (
+    NATS_ERRORS,
+    RETRYABLE,
+    WRONG_LAST_SEQUENCE,
+    JetStreamContext,
+    KeyValue,
+    NatsClient,
+    Pipeline,
+    api_code,
+    decode_message,
+    js_api,
+    nats,
+    session_token,
+    token_session,
+)
+from ._subscription import NatsSubscription
+
+logger = logging.getLogger("toolstream.nats")
+
+__all__ = ["NatsBus", "NatsBusStats"]
+
+E = TypeVar("E", bound=Event)
+T = TypeVar("T")
+
+_OPENS = (ToolCreated, ToolReady, ToolQueued, ToolStarted)
+_ENDS = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+@attrs.define
+class NatsBusStats:
+    """Counters of a :class:`NatsBus` in this process (read with ``bus.stats``)."""
+
+    #: Events published in this process.
+    published: int = 0
+    #: Events written to the stream.
+    flushed: int = 0
+    #: Events found already written when a batch was retried (not written twice).
+    duplicates: int = 0
+    #: Events written at another sequence than the one they asked for (another writer's
+    #: messages came first): subscribers see the final id, ``publish`` returned the asked.
+    renumbered: int = 0
+    #: Events dropped because their call was closed elsewhere (a reaper after this
+    #: process's lease ran out, or a denial).
+    fenced: int = 0
+    #: Events the outbox dropped (NATS unreachable too long, or refused).
+    dropped: int = 0
+    #: Events NATS refused with an error retrying cannot cure.
+    refused: int = 0
+    #: Events waiting in the outbox now.
+    outbox: int = 0
+    #: Failed attempts to write a batch (each retried).
+    flush_errors: int = 0
+    #: Calls and runs this process closed for writers whose lease ran out.
+    reaped: int = 0
+    #: Sessions this process purged after ``session_ttl`` without an event.
+    expired: int = 0
+    #: Subscriptions cut with ``SlowConsumer``.
+    cut: int = 0
+    #: Events merged away by ``overflow="coalesce"`` subscriptions.
+    coalesced: int = 0
+    #: Resets delivered because a cursor could not be served.
+    resets: int = 0
+
+
+@attrs.frozen
+class _Names:
+    """The stream, subjects and buckets of one ``prefix``."""
+
+    prefix: str
+
+    @property
+    def stream(self) -> str:
+        return self.prefix
+
+    def subject(self, session: str) -> str:
+        return f"{self.prefix}.{session_token(session)}"
+
+    @property
+    def subjects(self) -> str:
+        return f"{self.prefix}.*"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.prefix}_ck"
+
+    @property
+    def approvals(self) -> str:
+        return f"{self.prefix}_ap"
+
+    @property
+    def writers(self) -> str:
+        return f"{self.prefix}_w"
+
+
+def _epoch_of(info: Any) -> str:
+    """The epoch of a stream: its creation time in microseconds, base 36 (a stream
+    deleted and created again, or a server that lost its store, has another)."""
+    created = info.created
+    if created is None:  # pragma: no cover - every 2.9+ server sends it
+        raise BusUnavailable("the NATS server did not say when the stream was created")
+    n = int(created.timestamp() * 1_000_000)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while n:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+    return "n" + (out or "0")
+
+
+class _Opened:
+    """What this writer left open (closed by a reaper if it is lost), as registered."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str], tuple[str, str]] = {}  # (session, call) -> tool, run
+        self.runs: set[tuple[str, str]] = set()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "c": [[s, c, t, r] for (s, c), (t, r) in self.calls.items()],
+            "r": [[s, r] for s, r in self.runs],
+        }
+
+
+class NatsBus:
+    """A :class:`~toolstream.Bus` on NATS JetStream: every process using the same NATS
+    (server or cluster) and ``prefix`` shares one live, resumable stream per session.
+
+    - ``servers``: a ``nats://`` URL or a list of them (a cluster's servers).
+    - ``prefix``: names the stream, its subjects (``<prefix>.<session>``) and the KV
+      buckets ``<prefix>_ck``, ``<prefix>_ap``, ``<prefix>_w``; two apps with different
+      prefixes share one NATS without colliding. Letters, digits, ``_``, ``-``.
+    - ``replicas``: the stream's and buckets' replicas (3 on a three-server cluster).
+    - ``replay``: events kept per session for resuming (older ones are purged after a
+      checkpoint of the session's state is stored).
+    - ``session_ttl``: a session with no new event for this long is purged.
+    - ``outbox`` / ``outbox_overflow``: events kept locally while NATS is unreachable.
+    - ``lease``: seconds a process may go without renewing its lease before another
+      process closes its open calls as ``cancelled`` with reason ``"worker lost"``.
+    - ``reap``: whether this process closes the calls of lost writers and purges
+      expired sessions (any process can).
+    - ``connect_timeout``: how long construction and a subscription's first read may
+      wait for NATS before :class:`~toolstream.BusUnavailable`.
+
+    Construction connects once (on a thread of its own) to create what is missing —
+    the stream and the buckets, with ``replicas`` — and to learn the stream's epoch;
+    an existing stream is used as it is. Runs on asyncio only. Use as ``async with
+    NatsBus(url) as bus:`` (or ``await bus.start()`` and ``await bus.aclose()``).
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] = "nats://127.0.0.1:4222",
+        *,
+        prefix: str = "toolstream",
+        replicas: int = 1,
+        replay: int = 1_000,
+        session_ttl: float = 3600.0,
+        outbox: int = 100_000,
+        outbox_overflow: OutboxOverflow = "drop-deltas",
+        lease: float = 10.0,
+        reap: bool = True,
+        connect_timeout: float = 5.0,
+        batch: int = 256,
+        clock: Callable[[], float] = time.time,
+        max_finished: int = 500,
+        reset_bytes: int = DEFAULT_RESET_BYTES,
+        payload: PayloadPolicy | None = None,
+    ) -> None:
+        if isinstance(servers, str):
+            servers = [servers]
+        servers = list(servers)
+        if not servers or not all(isinstance(s, str) and s for s in servers):
+            raise ValueError(f"servers must be a URL or a list of URLs, got {servers!r}")
+        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+            raise ValueError(
+                f"prefix must be 1-32 letters, digits, '_' or '-' (it names a stream), "
+                f"got {prefix!r}"
+            )
+        if replicas not in (1, 2, 3, 4, 5):
+            raise ValueError(f"replicas must be 1 to 5, got {replicas!r}")
+        if replay < 4:
+            raise ValueError(f"replay must be at least 4, got {replay}")
+        if not session_ttl >= 1:
+            raise ValueError(f"session_ttl must be at least 1 second, got {session_ttl}")
+        if not lease >= 0.3:
+            raise ValueError(f"lease must be at least 0.3 seconds, got {lease}")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.servers = servers
+        self.prefix = prefix
+        self.names = _Names(prefix)
+        self.replicas = replicas
+        self.replay = replay
+        self.session_ttl = session_ttl
+        self.lease = lease
+        self.reap = reap
+        self.connect_timeout = connect_timeout
+        self.batch = batch
+        self.outbox_limit = outbox
+        self.outbox_overflow: OutboxOverflow = outbox_overflow
+        self._clock = clock
+        self._max_finished = max_finished
+        self.reset_bytes = reset_bytes
+        #: What a decision publishes goes through this policy.
+        self.payload = payload if payload is not None else PayloadPolicy()
+        #: This process's writer token: its lease and open calls are filed under it.
+        self.token = secrets.token_hex(8)
+        self._outbox = Outbox(
+            outbox, outbox_overflow, broker=f"NATS at {self._where}", start=self._start_here
+        )
+        self._lock = self._outbox.lock  # also guards the ids assigned here
+        self._stats = NatsBusStats()
+        self._sub_stats = FeederStats()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subs: set[NatsSubscription[Any]] = set()
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+        self._pipeline: Pipeline | None = None
+        self._kv: dict[str, KeyValue] = {}
+        self._up: asyncio.Event | None = None
+        self._epoch_stale = False
+        self._marks = CheckpointMarks(replay)
+        # writing
+        self._next = 0  # the sequence the flusher asks for next (0: ask the stream)
+        self._asked: dict[str, int] = {}  # message id -> sequence it asked for, unsettled
+        self._opened = _Opened()
+        self._registered_rev = 0  # our lease entry's revision (0: none yet)
+        self._renewed = 0.0  # monotonic time of the last successful lease write
+        self._fenced: set[tuple[str, str, str]] = set()  # ("c"/"r", session, id)
+        self._gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
+        self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
+        self._janitor_at = 0.0
+        try:
+            epoch, last = self._in_thread(self._setup)
+        except BusUnavailable:
+            raise
+        except RETRYABLE as exc:
+            raise BusUnavailable(f"cannot reach NATS at {self._where}: {exc}") from exc
+        #: The stream's epoch: every event id carries it.
+        self.epoch = epoch
+        self._last = last  # the newest sequence predicted here
+        self._arbiter = NatsArbiter(self)
+
+    @property
+    def _where(self) -> str:
+        return ", ".join(_redact(s) for s in self.servers)
+
+    def __repr__(self) -> str:
+        return (
+            f"<NatsBus {self._where} prefix={self.prefix!r} epoch={self.epoch} "
+            f"outbox={len(self._outbox)}>"
+        )
+
+    # -- connecting and creating what is missing --------------------------------------------
+
+    async def _connect(self, *, main: bool) -> NatsClient:
+        async def quiet(exc: Exception) -> None:
+            logger.debug("NATS: %s", exc)
+
+        async def reconnected() -> None:
+            self._epoch_stale = True
+            logger.info("NATS connection re-established")
+
+        return await nats.connect(
+            self.servers,
+            connect_timeout=self.connect_timeout,
+            allow_reconnect=main,
+            max_reconnect_attempts=-1 if main else 0,
+            reconnect_time_wait=0.25,
+            ping_interval=max(1, int(self.lease)),
+            max_outstanding_pings=2,
+            pending_size=0,  # never buffer while reconnecting: the caller retries
+            error_cb=quiet,
+            reconnected_cb=reconnected if main else None,
+        )
+
+    def _in_thread(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+        """Run ``work(js)`` on a connection of its own in a thread of its own (for the
+        synchronous parts of the Bus protocol: construction, ``snapshot()``)."""
+        result: list[Any] = []
+
+        async def main() -> None:
+            try:
+                nc = await self._connect(main=False)
+            except Exception as exc:
+                result.append(exc)
+                return
+            try:
+                result.append(await asyncio.wait_for(work(nc.jetstream()), self.connect_timeout))
+            except BaseException as exc:
+                result.append(exc)
+            finally:
+                await nc.close()
+
+        thread = threading.Thread(target=lambda: asyncio.run(main()), name="toolstream-nats")
+        thread.start()
+        thread.join()
+        out = result[0]
+        if isinstance(out, BaseException):
+            if isinstance(out, nats.errors.NoServersError | TimeoutError | OSError):
+                raise BusUnavailable(f"cannot reach NATS at {self._where}: {out}") from out
+            raise out
+        return out  # type: ignore[no-any-return]
+
+    async def _setup(self, js: JetStreamContext) -> tuple[str, int]:
+        """Create the stream and buckets if missing; the epoch and the last sequence."""
+        names = self.names
+        try:
+            info = await js.stream_info(names.stream)
+        except nats.js.errors.NotFoundError:
+            try:
+                info = await js.add_stream(
+                    name=names.stream,
+                    subjects=[names.subjects],
+                    storage=js_api.StorageType.FILE,
+                    num_replicas=self.replicas,
+                    allow_direct=True,
+                    duplicate_window=120.0,
+                )
+                logger.info("created JetStream stream %s", names.stream)
+            except nats.js.errors.BadRequestError as exc:
+                raise BusUnavailable(
+                    f"cannot create stream {names.stream!r} for subjects {names.subjects!r} "
+                    f"(another stream has them?): {exc.description}"
+                ) from exc
+        for bucket in (names.checkpoints, names.approvals, names.writers):
+            await self._bucket(js, bucket)
+        return _epoch_of(info), info.state.last_seq
+
+    async def _bucket(self, js: JetStreamContext, bucket: str) -> KeyValue:
+        try:
+            return await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            ttl = self.session_ttl if bucket == self.names.approvals else None
+            return await js.create_key_value(
+                bucket=bucket,
+                history=1,
+                replicas=self.replicas,
+                ttl=ttl,
+                storage=js_api.StorageType.FILE,
+            )
+
+    async def _ready(self, deadline: float | None = None) -> JetStreamContext:
+        """The main connection's JetStream context, once connected (``BusUnavailable``
+        at ``deadline``)."""
+        self._start_here()
+        up = self._up
+        assert up is not None
+        if not up.is_set():
+            if deadline is None:
+                await up.wait()
+            else:
+                try:
+                    await asyncio.wait_for(up.wait(), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    raise BusUnavailable(f"cannot reach NATS at {self._where}") from None
+        js = self._js
+        assert js is not None
+        if self._epoch_stale:
+            await self._refresh_epoch(js)
+        return js
+
+    async def _refresh_epoch(self, js: JetStreamContext) -> str:
+        """Ask the stream's epoch again (after a reconnection: a server that lost its
+        store, or a stream created anew, has another); recreate what is missing."""
+        try:
+            info = await js.stream_info(self.names.stream)
+        except nats.js.errors.NotFoundError:
+            epoch, _ = await self._setup(js)
+            self._kv.clear()
+        else:
+            epoch = _epoch_of(info)
+        self._epoch_stale = False
+        if epoch != self.epoch:
+            logger.warning(
+                "stream %s has a new epoch (%s, was %s): its data was lost; "
+                "clients resuming get a reset",
+                self.names.stream,
+                epoch,
+                self.epoch,
+            )
+            with self._lock:
+                self.epoch = epoch
+            self._next = 0
+        return epoch
+
+    async def kv(self, bucket: str) -> KeyValue:
+        """One of this bus's KV buckets on the main connection."""
+        kv = self._kv.get(bucket)
+        if kv is None:
+            js = await self._ready()
+            kv = self._kv[bucket] = await self._bucket(js, bucket)
+        return kv
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`aclose`."""
+        return self._closed
+
+    @property
+    def stats(self) -> NatsBusStats:
+        """Counters of this process: published, flushed, renumbered, dropped..."""
+        stats = self._stats
+        counts = self._outbox.counts
+        stats.published = counts.published
+        stats.dropped = counts.dropped
+        stats.refused = counts.refused
+        stats.flush_errors = counts.flush_errors
+        stats.outbox = len(self._outbox)
+        stats.cut = self._sub_stats.cut
+        stats.coalesced = self._sub_stats.coalesced
+        return stats
+
+    def compare(self, a: str, b: str) -> int:
+        """-1, 0 or 1 as id ``a`` is before, equal to or after ``b``; ``ValueError`` for
+        ids of different epochs or strings that are not ids."""
+        return compare_ids(a, b)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and start the flusher and lease tasks in the running asyncio loop
+        (done for you by ``async with``, and by the first publish or subscription in a
+        loop). ``BusUnavailable`` if NATS cannot be reached in ``connect_timeout``."""
+        _require_asyncio("start()")
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        await self._ready(time.monotonic() + self.connect_timeout)
+
+    def _start_here(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            if self._tasks and not any(task.done() for task in self._tasks):
+                return
+        elif self._loop is not None and self._loop.is_running():
+            return  # the tasks live in the loop that started first
+        for task in self._tasks:
+            task.cancel()
+        self._loop = loop
+        self._up = asyncio.Event()
+        self._nc = None
+        self._js = None
+        self._kv.clear()
+        self._outbox.bind(loop)
+        self._tasks = [loop.create_task(self._main(), name="toolstream-nats")]
+
+    async def _main(self) -> None:
+        """Connect (retrying), then run the flusher and the lease task."""
+        delay = 0.1
+        while True:
+            try:
+                nc = await self._connect(main=True)
+                break
+            except Exception as exc:
+                logger.warning("cannot reach NATS at %s (%s); retrying", self._where, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._nc = nc
+        self._js = nc.jetstream(timeout=self.connect_timeout)
+        self._pipeline = Pipeline(nc)
+        self._epoch_stale = True
+        up = self._up
+        assert up is not None
+        up.set()
+        loop = asyncio.get_running_loop()
+        flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
+        tasks = [
+            loop.create_task(flusher, name="toolstream-nats-flusher"),
+            loop.create_task(self._leases(), name="toolstream-nats-leases"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                await stop_task(task)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, *, timeout: float | None = None) -> None:
+        """Flush what is in the outbox (up to ``timeout``, default ``connect_timeout``),
+        end every subscription, give up this process's lease (its calls still open are
+        closed as ``cancelled``, reason ``"worker stopped"``) and disconnect."""
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+        wait = self.connect_timeout if timeout is None else timeout
+        here = self._loop is asyncio.get_running_loop() and self._tasks
+        if here:
+            try:
+                await self._flush(wait)
+            except (TimeoutError, BusUnavailable):
+                logger.error(
+                    "closing with %d events not written to NATS (unreachable)", len(self._outbox)
+                )
+        subs = list(self._subs)
+        for sub in subs:
+            sub.close()
+        for sub in subs:
+            await sub.aclose()
+        if here and self._registered_rev:
+            try:
+                await asyncio.wait_for(self._stop_writing(), wait)
+            except Exception as exc:
+                logger.warning("could not give up the lease: %s", exc)
+        for task in self._tasks:
+            await stop_task(task)
+        self._tasks = []
+        if self._nc is not None and here:
+            await self._nc.close()
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, event_type: type[E], /, **fields: Any) -> E:
+        """Build the event (its id, its ``ts``), put it in the outbox and return it.
+
+        Never waits for NATS; safe from any thread. The id is the stream sequence the
+        event will ask for; a subscriber sees the sequence it was written at, which is
+        the same unless another process wrote to the stream in between (see
+        ``stats.renumbered`` and docs/decisions.md).
+        """
+        build = prepare(event_type, fields)[0]
+        with self._lock:
+            if self._closed:
+                raise BusClosed("the bus is closed")
+            self._last += 1
+            event = build(fields, f"{self.epoch}-{self._last}", self._clock())[0]
+            kick = self._outbox.append(event)
+        if kick:
+            self._outbox.kick("NatsBus publish()")
+        return event  # type: ignore[return-value]  # built from event_type
+
+    async def flush(self, *, timeout: float | None = None) -> None:
+        """Wait until every event published before this call reached NATS (or was
+        dropped by the outbox policy). ``TimeoutError`` after ``timeout`` seconds;
+        ``BusUnavailable`` if NATS refused events meanwhile (dropped, logged)."""
+        _require_asyncio("flush()")
+        if not self._closed:
+            self._start_here()
+        await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        refused = self._outbox.counts.refused
+        deadline = None if timeout is None else time.monotonic() + timeout
+        await self._outbox.settle(self._outbox.published, deadline)
+        if self._outbox.counts.refused > refused:
+            raise BusUnavailable(
+                f"NATS at {self._where} refused "
+                f"{self._outbox.counts.refused - refused} events (dropped; see the log)"
+            )
+
+    async def _write(self, batch: list[Event]) -> None:
+        """Write one batch: register what it opens (the lease, compare-and-swap), drop
+        what is fenced, then publish each event at the sequence it asks for."""
+        js = await self._ready()
+        await self._guard(batch)
+        wanted: list[Event] = []
+        for ev in batch:
+            if self._is_fenced(ev):
+                self._stats.fenced += 1
+                logger.warning(
+                    "dropped %s of call %s (session %s): the call was closed elsewhere",
+                    ev.type,
+                    ev.call_id,
+                    ev.session,
+                )
+                continue
+            if isinstance(ev, ApprovalRequested):
+                await self._arbiter.record(ev)
+            elif isinstance(ev, ApprovalResolved) and not await self._arbiter.own(ev):
+                self._stats.fenced += 1
+                continue
+            wanted.append(ev)
+        if await self._denied(wanted):
+            wanted = [ev for ev in wanted if not self._is_fenced(ev)]
+        seqs = await self._publish_all(js, wanted)
+        due: dict[str, int] = {}
+        for ev, seq in zip(wanted, seqs, strict=True):
+            self._track(ev)
+            self._marks.add(ev.session, seq, due)
+            if isinstance(ev, ApprovalResolved):
+                await self._arbiter.written(ev, seq)
+        self._stats.flushed += len(wanted)
+        with self._lock:
+            # Later predictions start after what the stream holds now.
+            self._last = max(self._last, self._next - 1 + len(self._outbox) - len(batch))
+        for session, seq in due.items():
+            try:
+                await self._checkpoint(session, seq)
+            except NATS_ERRORS as exc:
+                logger.info("checkpoint of %s skipped: %s", session, exc)
+
+    async def _publish_all(self, js: JetStreamContext, events: list[Event]) -> list[int]:
+        """Publish ``events`` in order, pipelined; returns the sequence of each. Each
+        message asks for one sequence, so it can only land there: a retry checks that
+        sequence for its message id rather than writing it twice."""
+        out: list[int] = []
+        payloads = []
+        for ev in events:
+            payloads.append((self.names.subject(ev.session), dumps(event_json(ev)).encode(), ev.id))
+        i = 0
+        while i < len(payloads):
+            if not self._next:
+                info = await js.stream_info(self.names.stream)
+                self._next = info.state.last_seq + 1
+            # A message asked for a sequence before and it is unclear whether it landed.
+            subject, blob, eid = payloads[i]
+            msg_id = f"{self.token}:{eid}"
+            asked = self._asked.get(msg_id)
+            if asked is not None and await self._landed(js, asked, msg_id):
+                self._asked.pop(msg_id, None)
+                self._stats.duplicates += 1
+                out.append(asked)
+                self._next = max(self._next, asked + 1)
+                i += 1
+                continue
+            futures = []
+            start = self._next
+            pipeline = self._pipeline
+            assert pipeline is not None
+            try:
+                for k, (subject, blob, eid) in enumerate(payloads[i:]):
+                    msg_id = f"{self.token}:{eid}"
+                    self._asked[msg_id] = start + k
+                    headers = {
+                        "Nats-Msg-Id": msg_id,
+                        "Nats-Expected-Last-Sequence": str(start + k - 1),
+                    }
+                    futures.append(await pipeline.send(subject, blob, headers))
+                results = await asyncio.wait_for(
+                    asyncio.gather(*futures, return_exceptions=True), self.connect_timeout
+                )
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+            failure: BaseException | None = None
+            for (_, _, eid), res in zip(payloads[i:], results, strict=False):
+                if isinstance(res, BaseException):
+                    failure = res
+                    break
+                msg_id = f"{self.token}:{eid}"
+                self._asked.pop(msg_id, None)
+                if res.duplicate:
+                    self._stats.duplicates += 1
+                elif str(res.seq) != eid.rpartition("-")[2]:
+                    self._stats.renumbered += 1
+                out.append(res.seq)
+                self._next = res.seq + 1
+                i += 1
+            if failure is None:
+                continue
+            if api_code(failure) == WRONG_LAST_SEQUENCE:
+                # Another writer's message took the sequence (or one of ours did not
+                # land before this one): ask the stream where it stands and go on.
+                self._next = 0
+                continue
+            if isinstance(failure, nats.js.errors.APIError) and not isinstance(failure, RETRYABLE):
+                raise Refused(f"{failure.description or failure!r}")
+            self._next = 0
+            raise failure
+        return out
+
+    async def _landed(self, js: JetStreamContext, seq: int, msg_id: str) -> bool:
+        """Whether the message ``msg_id`` is stored at sequence ``seq``."""
+        try:
+            msg = await js.get_msg(self.names.stream, seq=seq, direct=True)
+        except nats.js.errors.NotFoundError:
+            return False
+        return bool(msg.headers and msg.headers.get("Nats-Msg-Id") == msg_id)
+
+    # -- what this writer opened, and fencing --------------------------------------------
+
+    def _track(self, ev: Event) -> None:
+        """Keep the open calls and runs up to date with an event written."""
+        session, cid = ev.session, ev.call_id
+        if isinstance(ev, _OPENS) and cid:
+            self._opened.calls.setdefault((session, cid), (ev.tool or "", ev.run_id or ""))
+        elif isinstance(ev, _ENDS) and cid:
+            self._opened.calls.pop((session, cid), None)
+            self._gated.pop((session, cid), None)
+        elif isinstance(ev, RunStarted) and ev.run_id:
+            self._opened.runs.add((session, ev.run_id))
+        elif isinstance(ev, RunFinished) and ev.run_id:
+            self._opened.runs.discard((session, ev.run_id))
+        if isinstance(ev, ApprovalRequested) and cid:
+            self._gated[(session, cid)] = ev.approval_id
+
+    def _is_fenced(self, ev: Event) -> bool:
+        fenced = self._fenced
+        if not fenced:
+            return False
+        if ev.call_id and ("c", ev.session, ev.call_id) in fenced:
+            return True
+        return isinstance(ev, RunFinished) and ("r", ev.session, ev.run_id or "") in fenced
+
+    async def _guard(self, batch: Sequence[Event]) -> None:
+        """Before a batch: register the calls and runs it opens (so a reaper can close
+        them if this process dies), and renew the lease if it is half-way out — a
+        writer that finds its lease taken learns which calls were closed for it."""
+        opens = False
+        for ev in batch:
+            if isinstance(ev, _OPENS) and ev.call_id:
+                opens = opens or (ev.session, ev.call_id) not in self._opened.calls
+            elif isinstance(ev, RunStarted) and ev.run_id:
+                opens = opens or (ev.session, ev.run_id) not in self._opened.runs
+        stale = time.monotonic() - self._renewed > self.lease / 2
+        if opens or stale or not self._registered_rev:
+            extra = _Opened()
+            extra.calls = dict(self._opened.calls)
+            extra.runs = set(self._opened.runs)
+            for ev in batch:
+                if isinstance(ev, _OPENS) and ev.call_id:
+                    extra.calls.setdefault(
+                        (ev.session, ev.call_id), (ev.tool or "", ev.run_id or "")
+                    )
+                elif isinstance(ev, RunStarted) and ev.run_id:
+                    extra.runs.add((ev.session, ev.run_id))
+            await self._register(extra)
+
+    async def _register(self, opened: _Opened | None = None) -> None:
+        """Write this writer's lease entry (compare-and-swap on its revision)."""
+        kv = await self.kv(self.names.writers)
+        value = json.dumps(
+            {"lease": self.lease, "open": (opened or self._opened).as_json()}
+        ).encode()
+        try:
+            if self._registered_rev:
+                rev = await kv.update(self.token, value, last=self._registered_rev)
+            else:
+                rev = await kv.create(self.token, value)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            rev = await self._fenced_out(kv, value)
+        self._registered_rev = rev
+        self._renewed = time.monotonic()
+
+    async def _fenced_out(self, kv: KeyValue, value: bytes) -> int:
+        """Our lease entry changed under us: a reaper closed our calls. Learn which (their
+        later events are dropped) and register again."""
+        try:
+            entry = await kv.get(self.token)
+            record = json.loads(entry.value or b"{}")
+            rev = entry.revision or 0
+        except nats.js.errors.KeyNotFoundError:
+            record, rev = {}, 0
+        for s, c, *_ in record.get("open", {}).get("c", []):
+            self._fenced.add(("c", s, c))
+            self._opened.calls.pop((s, c), None)
+        for s, r in record.get("open", {}).get("r", []):
+            self._fenced.add(("r", s, r))
+            self._opened.runs.discard((s, r))
+        if record.get("reaped"):
+            logger.error(
+                "this process's lease ran out and %s closed its open calls: their later "
+                "events are dropped",
+                record.get("by"),
+            )
+        if rev:
+            return await kv.update(self.token, value, last=rev)
+        return await kv.create(self.token, value)
+
+    async def _denied(self, events: Sequence[Event]) -> bool:
+        """Fence the calls of ``events`` whose approval was denied elsewhere (their
+        later events are dropped); True if any was."""
+        any_fenced = False
+        checked: set[tuple[str, str]] = set()
+        for ev in events:
+            key = (ev.session, ev.call_id or "")
+            aid = self._gated.get(key)
+            if aid is None or key in checked or isinstance(ev, ApprovalRequested):
+                continue
+            checked.add(key)
+            if await self._arbiter.ended(ev.session, aid):
+                self._fenced.add(("c", ev.session, ev.call_id or ""))
+                self._opened.calls.pop(key, None)
+                self._gated.pop(key, None)
+                any_fenced = True
+        return any_fenced
+
+    async def _stop_writing(self) -> None:
+        """Give up the lease: close what this process left open ("worker stopped")."""
+        kv = await self.kv(self.names.writers)
+        opened = self._opened.as_json()
+        await self._close_open(opened, "worker stopped")
+        await kv.delete(self.token)
+
+    # -- leases and reaping --------------------------------------------------------------
+
+    async def _leases(self) -> None:
+        """Renew this process's lease; close the calls of writers whose lease ran out;
+        purge expired sessions. Never dies: an error is logged and tried again."""
+        every = self.lease / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                if self._registered_rev:
+                    await self._register()
+                if self.reap:
+                    await self.reap_lost()
+                    if time.monotonic() >= self._janitor_at:
+                        self._janitor_at = time.monotonic() + min(self.session_ttl / 4, 60.0)
+                        await self.expire_sessions()
+            except RETRYABLE as exc:
+                logger.debug("lease renewal failed: %s", exc)
+            except Exception:
+                logger.exception("lease renewal failed")
+
+    async def reap_lost(self) -> int:
+        """Close (``tool.cancelled``, reason ``"worker lost"``) the open calls and runs of
+        every writer whose lease ran out; returns how many events that wrote. A writer
+        is lost when its lease entry has not changed for its ``lease`` seconds as this
+        process's clock measures (no clocks are compared across hosts); exactly one
+        process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
+        seconds on its own when ``reap=True``."""
+        kv = await self.kv(self.names.writers)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return 0
+        now = time.monotonic()
+        total = 0
+        for key in keys:
+            if key == self.token:
+                continue
+            try:
+                entry = await kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                continue
+            record = json.loads(entry.value or b"{}")
+            rev = entry.revision or 0
+            if record.get("reaped"):
+                if time.time() - float(record.get("at", 0)) > self.session_ttl:
+                    await kv.delete(key, last=rev)
+                continue
+            seen = self._seen.get(key)
+            if seen is None or seen[0] != rev:
+                self._seen[key] = (rev, now)
+                continue
+            if now - seen[1] < float(record.get("lease", self.lease)):
+                continue
+            claim = {**record, "reaped": True, "by": self.token, "at": time.time()}
+            try:
+                await kv.update(key, json.dumps(claim).encode(), last=rev)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue  # renewed meanwhile, or another process reaps it
+            self._seen.pop(key, None)
+            n = await self._close_open(record.get("open", {}), "worker lost")
+            if n:
+                logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
+            total += n
+        self._stats.reaped += total
+        return total
+
+    async def _close_open(self, opened: dict[str, Any], reason: str) -> int:
+        """Close the calls and runs in ``opened`` that are still open in their session."""
+        js = await self._ready()
+        by_session: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
+        for item in opened.get("c", []):
+            by_session.setdefault(item[0], ([], []))[0].append(item)
+        for item in opened.get("r", []):
+            by_session.setdefault(item[0], ([], []))[1].append(item)
+        n = 0
+        for session, (calls, runs) in by_session.items():
+            view = (await self._read_state(session)).folded()
+            ts = self._clock()
+            for _, call_id, tool, run_id in calls:
+                info = view.calls.get(call_id)
+                if info is None or info.state.terminal:
+                    continue
+                ev: Event = ToolCancelled(
+                    id="-",
+                    session=session,
+                    ts=ts,
+                    call_id=call_id,
+                    tool=tool,
+                    run_id=run_id or None,
+                    reason=reason,
+                )
+                await self._publish_now(js, ev)
+                n += 1
+            for _, run_id in runs:
+                run = view.runs.get(run_id)
+                if run is None or run.state != "running":
+                    continue
+                ev = RunFinished(
+                    id="-",
+                    session=session,
+                    ts=ts,
+                    run_id=run_id,
+                    outcome="cancelled",
+                    error=ErrorInfo(type="WorkerLost", message=reason),
+                )
+                await self._publish_now(js, ev)
+                n += 1
+        return n
+
+    async def _publish_now(self, js: JetStreamContext, ev: Event) -> int:
+        """Publish one event directly (not through the outbox); its sequence."""
+        return await self._publish_raw(js, ev.session, event_json(ev), None)
+
+    async def _publish_raw(
+        self, js: JetStreamContext, session: str, data: dict[str, Any], msg_id: str | None
+    ) -> int:
+        """Publish an event's stored JSON to ``session`` directly; its sequence."""
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        ack = await js.publish(self.names.subject(session), dumps(data).encode(), headers=headers)
+        return int(ack.seq)
+
+    async def expire_sessions(self) -> int:
+        """Purge every session with no event for ``session_ttl`` seconds (its messages
+        and checkpoint); returns how many. Runs on its own when ``reap=True``."""
+        js = await self._ready()
+        try:
+            info = await js.stream_info(self.names.stream, subjects_filter=self.names.subjects)
+        except nats.js.errors.NotFoundError:
+            return 0
+        subjects = info.state.subjects or {}
+        n = 0
+        for subject in subjects:
+            try:
+                last = await js.get_msg(self.names.stream, subject=subject, direct=True)
+            except nats.js.errors.NotFoundError:
+                continue
+            when = last.time.timestamp() if last.time is not None else time.time()
+            if time.time() - when < self.session_ttl or last.seq is None:
+                continue
+            await js.purge_stream(self.names.stream, subject=subject, seq=last.seq + 1)
+            token = subject.partition(".")[2]
+            kv = await self.kv(self.names.checkpoints)
+            try:
+                await kv.delete(token)
+            except nats.js.errors.KeyNotFoundError:
+                pass
+            logger.info("session %r expired: purged", token_session(token))
+            n += 1
+        self._stats.expired += n
+        return n
+
+    # -- checkpoints and reading ---------------------------------------------------------
+
+    async def _checkpoint(self, session: str, seq: int) -> None:
+        """Store the session's state as of ``seq`` and purge its messages up to there."""
+        state = await self._read_state(session, upto=seq)
+        if state.floor >= seq:
+            return
+        reset = StreamReset(
+            id=make_id(state.epoch, seq),
+            session=session,
+            ts=self._clock(),
+            snapshot=state.folded().snapshot(),
+        )
+        blob = json.dumps({"seq": seq, "state": to_dict(reset)}).encode()
+        kv = await self.kv(self.names.checkpoints)
+        token = session_token(session)
+        try:
+            entry = await kv.get(token)
+        except nats.js.errors.KeyNotFoundError:
+            await kv.create(token, blob)
+        else:
+            if json.loads(entry.value or b"{}").get("seq", 0) >= seq:
+                return
+            await kv.update(token, blob, last=entry.revision)
+        js = await self._ready()
+        await js.purge_stream(self.names.stream, subject=self.names.subject(session), seq=seq + 1)
+
+    async def checkpoint_of(self, session: str) -> tuple[int, dict[str, Any] | None]:
+        """The session's checkpoint: (its sequence, the reset JSON) or (0, None)."""
+        kv = await self.kv(self.names.checkpoints)
+        try:
+            entry = await kv.get(session_token(session))
+        except nats.js.errors.KeyNotFoundError:
+            return 0, None
+        data = json.loads(entry.value or b"{}")
+        return int(data.get("seq", 0)), data.get("state")
+
+    async def _read_state(self, session: str, upto: int | None = None) -> SessionState:
+        """The session as it stands: checkpoint, then the messages after it (read between
+        two equal reads of the checkpoint, so no purge slipped in between)."""
+        js = await self._ready(time.monotonic() + self.connect_timeout)
+        return await self._state_with(js, session, upto, self.kv)
+
+    async def _state_with(
+        self,
+        js: JetStreamContext,
+        session: str,
+        upto: int | None,
+        kv_of: Callable[[str], Awaitable[KeyValue]],
+    ) -> SessionState:
+        subject = self.names.subject(session)
+        kv = await kv_of(self.names.checkpoints)
+        token = session_token(session)
+
+        async def checkpoint() -> tuple[int, Any]:
+            try:
+                entry = await kv.get(token)
+            except nats.js.errors.KeyNotFoundError:
+                return 0, None
+            data = json.loads(entry.value or b"{}")
+            return int(data.get("seq", 0)), data.get("state")
+
+        for _ in range(10):
+            ck_seq, ck_state = await checkpoint()
+            try:
+                last_msg = await js.get_msg(self.names.stream, subject=subject, direct=True)
+                last = int(last_msg.seq or 0)
+            except nats.js.errors.NotFoundError:
+                last = 0
+            if upto is not None:
+                last = min(last, upto)
+            events = await self._range(js, subject, ck_seq + 1, last) if last > ck_seq else []
+            if (await checkpoint())[0] == ck_seq:
+                break
+        view = LiveView(max_finished=self._max_finished, compare=self.compare)
+        if ck_state is not None:
+            try:
+                view.apply(from_dict(ck_state))
+            except (ValueError, TypeError, EventDecodeError) as exc:
+                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
+        return SessionState(self.epoch, max(last, ck_seq), ck_seq, view, events)
+
+    async def _range(
+        self, js: JetStreamContext, subject: str, first: int, last: int
+    ) -> list[tuple[int, Event]]:
+        """The session's messages from sequence ``first`` to ``last``."""
+        config = js_api.ConsumerConfig(
+            filter_subject=subject,
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=first,
+            ack_policy=js_api.AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        info = await js.add_consumer(self.names.stream, config)
+        out: list[tuple[int, Event]] = []
+        try:
+            sub = await js.pull_subscribe_bind(info.name, stream=self.names.stream)
+            try:
+                while True:
+                    msgs = await sub.fetch(512, timeout=self.connect_timeout)
+                    done = False
+                    for msg in msgs:
+                        md = msg.metadata
+                        seq = md.sequence.stream
+                        if seq > last:
+                            done = True
+                            break
+                        ev = decode_message(self.epoch, seq, msg.data)
+                        if ev is not None:
+                            out.append((seq, ev))
+                        if seq >= last or md.num_pending == 0:
+                            done = True
+                    if done or not msgs:
+                        break
+            finally:
+                await sub.unsubscribe()
+        finally:
+            try:
+                await js.delete_consumer(self.names.stream, info.name)
+            except NATS_ERRORS:
+                pass  # it goes on its own after its inactive threshold
+        return out
+
+    async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
+        """The session's calls, runs and batches as they stand, read from NATS plus this
+        process's events not yet written (the async form of :meth:`snapshot`)."""
+        _require_asyncio("fetch_snapshot()")
+        return self._snapshot_of(session, await self._read_state(session), run)
+
+    def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
+        """The session's calls, runs and batches as they stand now.
+
+        Blocks while a connection of its own reads NATS (the Bus protocol makes this
+        call synchronous); in async code prefer ``await bus.fetch_snapshot(session)``.
+        """
+
+        async def read(js: JetStreamContext) -> SessionState:
+            async def kv_of(bucket: str) -> KeyValue:
+                return await js.key_value(bucket)
+
+            return await self._state_with(js, session, None, kv_of)
+
+        return self._snapshot_of(session, self._in_thread(read), run)
+
+    def _snapshot_of(self, session: str, state: SessionState, run: str | None) -> Snapshot:
+        view = state.folded()
+        for ev in self._outbox.pending(session):  # not yet written: apply them too
+            view.apply(ev)
+        return bound_snapshot(view.snapshot(run_id=run), self.reset_bytes)
+
+    # -- approvals (arbitrated by toolstream.nats._approvals) ----------------------------
+
+    async def resolve_approval(
+        self,
+        session: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        ends_call: bool = True,
+    ) -> ApprovalResolved:
+        """Decide an approval, by compare-and-swap on its KV entry: the first decision
+        from any process wins (see :meth:`toolstream.EventBus.resolve_approval`)."""
+        _require_asyncio("resolve_approval()")
+        edited = check_decision(approved, by, reason, args, self.payload.max_bytes)
+        return await self._arbiter.resolve(
+            session, approval_id, approved, by, reason, edited, ends_call
+        )
+
+    async def decision(self, session: str, approval_id: str) -> Decision | None:
+        """The decision on an approval (the real edited args), or None while pending;
+        past its expiry it is resolved by timeout first. ``ApprovalNotFound`` for an
+        unknown id or another session's."""
+        _require_asyncio("decision()")
+        return await self._arbiter.decision(session, approval_id)
+
+    async def wait_decision(self, session: str, approval_id: str) -> Decision:
+        """Wait for the decision on an approval, woken by a watch on its KV entry; bound
+        it with a cancel scope. ``ApprovalNotFound`` as for :meth:`decision`."""
+        _require_asyncio("wait_decision()")
+        return await self._arbiter.wait(session, approval_id)
+
+    # -- subscribing ---------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        *types: type[Event],
+        session: str | None = None,
+        run: str | None = None,
+        after: str | None = None,
+        snapshot: bool = False,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+    ) -> NatsSubscription[Any]:
+        """Subscribe to one session's events, as :meth:`toolstream.EventBus.subscribe`.
+
+        The subscription learns where it starts on its first read (or ``await
+        sub.prepare()``): after this process's events published before this call are
+        in NATS, so a process reads its own writes. ``session`` is required.
+        """
+        request = subscribe_request(
+            types,
+            session=session,
+            run=run,
+            after=after,
+            snapshot=snapshot,
+            buffer=buffer,
+            overflow=overflow,
+        )
+        return self._open(request)
+
+    def resume(
+        self,
+        *types: type[Event],
+        session: str,
+        after: str,
+        at: bool = False,
+        run: str | None = None,
+        buffer: int = 1024,
+        overflow: Overflow = "coalesce",
+    ) -> NatsSubscription[Any]:
+        """Continue a client exactly where it was, as :meth:`toolstream.EventBus.resume`
+        (``sub.origin`` is final once ``await sub.prepare()`` returned)."""
+        request = resume_request(
+            types, session=session, after=after, at=at, run=run, buffer=buffer, overflow=overflow
+        )
+        return self._open(request)
+
+    def _open(self, request: StartRequest) -> NatsSubscription[Any]:
+        if request.session is None:
+            raise ValueError(
+                "NatsBus subscriptions need session=: each session is one subject "
+                "(see docs/scaling.md)"
+            )
+        _require_asyncio("subscribe()")
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        self._start_here()
+        sub: NatsSubscription[Any] = NatsSubscription(
+            self,
+            request.session,
+            request=request,
+            since=self._clock(),
+            barrier=self._outbox.published,
+        )
+        self._subs.add(sub)
+        return sub
+
+
+def _redact(url: str) -> str:
+    """``url`` with its password or token hidden, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        return f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return url
+
+
+def _require_asyncio(what: str) -> None:
+    """``RuntimeError`` unless running on asyncio (nats-py has no trio support)."""
+    if current_backend() != "asyncio":
+        raise RuntimeError(
+            f"NatsBus {what} runs on asyncio only (nats-py has no trio support); "
+            "use EventBus under trio, or run the gateway on asyncio"
+        )
