@@ -131,6 +131,33 @@ class NatsCluster:
     def start(self) -> None:
         for server in self.servers:
             server.start()
+        self.wait_ready()
+
+    def wait_ready(self, within: float = 30.0) -> None:
+        """Wait until the cluster has elected its JetStream meta leader."""
+        import asyncio
+
+        import nats
+
+        async def ready() -> bool:
+            nc = await nats.connect(self.urls, connect_timeout=1)
+            try:
+                await nc.jetstream(timeout=1).account_info()
+                return True
+            except Exception:
+                return False
+            finally:
+                await nc.close()
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with ThreadPoolExecutor(1) as pool:  # callable from inside a running loop
+                if pool.submit(asyncio.run, ready()).result():
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("the NATS cluster elected no JetStream leader in time")
 
     def stop(self) -> None:
         for server in self.servers:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -62,3 +65,384 @@ async def take(sub: ts.Subscription[Any], count: int, within: float = 10.0) -> l
             if len(out) >= count:
                 break
     return out
+
+
+@pytest.fixture
+def own_nats(tmp_path: Any) -> Iterator[NatsServer]:
+    """A nats-server of the test's own, for tests that stop, restart or wipe it."""
+    require_nats()
+    server = NatsServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_public_names_are_pinned() -> None:
+    import toolstream.nats
+
+    assert sorted(toolstream.nats.__all__) == [
+        "NatsBus",
+        "NatsBusStats",
+        "NatsSubscription",
+        "OutboxOverflow",
+    ]
+    for name in toolstream.nats.__all__:
+        assert getattr(toolstream.nats, name).__doc__ or name == "OutboxOverflow"
+
+
+def test_trio_is_refused(nats_server: NatsServer) -> None:
+    import trio
+
+    bus = make_bus(nats_server)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            bus.subscribe(session="s")
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            await bus.start()
+
+    trio.run(main)
+
+
+def test_bad_arguments(nats_server: NatsServer) -> None:
+    from toolstream.nats import NatsBus
+
+    for bad in ("", "a.b", "a*", "x" * 40, "a b"):
+        with pytest.raises(ValueError, match="prefix"):
+            NatsBus(nats_server.url, prefix=bad)
+    with pytest.raises(ValueError, match="replay"):
+        NatsBus(nats_server.url, replay=0)
+    with pytest.raises(ValueError, match="outbox_overflow"):
+        NatsBus(nats_server.url, outbox_overflow="drop-all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lease"):
+        NatsBus(nats_server.url, lease=0.01)
+    with pytest.raises(ValueError, match="replicas"):
+        NatsBus(nats_server.url, replicas=7)
+    with pytest.raises(ValueError, match="servers"):
+        NatsBus([])
+
+
+def test_unreachable_nats_is_a_clear_error() -> None:
+    from tests.redis_server import free_port
+    from toolstream.nats import NatsBus
+
+    url = f"nats://user:hunter2@127.0.0.1:{free_port()}"
+    with pytest.raises(ts.BusUnavailable, match="cannot reach NATS") as info:
+        NatsBus(url, connect_timeout=0.5)
+    assert "hunter2" not in str(info.value), "the password must not be echoed"
+
+
+async def test_session_is_required_and_types_checked(nats_server: NatsServer) -> None:
+    bus = make_bus(nats_server)
+    try:
+        with pytest.raises(ValueError, match="session="):
+            bus.subscribe()
+        with pytest.raises(TypeError, match="event classes"):
+            bus.subscribe(dict, session="s")
+        with pytest.raises(TypeError, match="not a lifecycle event class"):
+            bus.publish(dict, session="s")
+        with pytest.raises(ValueError, match="non-empty session"):
+            bus.publish(ts.ToolStarted, session="", call_id="c", tool="t")
+    finally:
+        await bus.aclose()
+    with pytest.raises(ts.BusClosed):
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+
+
+async def test_session_names_never_cross(nats_server: NatsServer) -> None:
+    """Names with '.', '*', '>', spaces, non-ASCII or a leading '=' are one subject
+    token each: a subscriber of one never reads another's events."""
+    names = ["a", "a.b", "a.*", ">", "a b", "é", "=YQ", "x" * 300]
+    async with make_bus(nats_server) as bus:
+        subs = {name: bus.subscribe(session=name, snapshot=True) for name in names}
+        for sub in subs.values():
+            await sub.prepare()
+        for name in names:
+            bus.publish(ts.ToolStarted, session=name, call_id=name[:20], tool="t")
+        for name, sub in subs.items():
+            got = await take(sub, 2)
+            assert [e.session for e in got[1:]] == [name]
+            assert sub.take_nowait() == []
+            await sub.aclose()
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(own_nats: NatsServer) -> None:
+    bus = make_bus(own_nats)
+    try:
+        await bus.start()
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            published = [bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")]
+            await bus.flush(timeout=5)
+            own_nats.stop()
+            started = time.monotonic()
+            for i in range(200):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
+                )
+            assert time.monotonic() - started < 1, "publishing never waits for NATS"
+            with anyio.fail_after(10):
+                while bus.stats.flush_errors == 0:  # noqa: ASYNC110 - a counter
+                    await anyio.sleep(0.01)
+            assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
+            own_nats.start()
+            await bus.flush(timeout=15)
+            got = await take(sub, 202, within=20)
+            assert isinstance(got[0], ts.StreamReset)
+            assert [e.id for e in got[1:]] == [e.id for e in published], "exactly once, in order"
+            assert bus.stats.dropped == 0
+    finally:
+        await bus.aclose()
+
+
+async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> None:
+    """An acknowledgement can be lost after JetStream stored the message: writing the
+    same batch again finds each message at the sequence it asked for and writes nothing
+    twice (however long ago: not only within the deduplication window)."""
+    bus = make_bus(nats_server)
+    try:
+        await bus.start()
+        events = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(5)
+        ]
+        await bus.flush(timeout=5)
+        js = await bus._ready()
+        for ev in events:  # as if their acknowledgements had been lost
+            bus._asked[f"{bus.token}:{ev.id}"] = int(ev.id.rpartition("-")[2])
+        seqs = await bus._publish_all(js, events)
+        assert seqs == [int(e.id.rpartition("-")[2]) for e in events]
+        assert bus.stats.duplicates == 5
+        info = await js.stream_info(bus.prefix)
+        assert info.state.messages == 5
+    finally:
+        await bus.aclose()
+
+
+async def test_another_writer_ahead_gets_renumbered_not_lost(nats_server: NatsServer) -> None:
+    """Two processes write the same session at once: every event gets in, in each
+    writer's order; a subscriber sees strictly increasing final ids."""
+    one = make_bus(nats_server)
+    two = make_bus(nats_server, prefix=one.prefix)
+    try:
+        async with one.subscribe(session="s", snapshot=True) as sub:
+            for i in range(100):
+                one.publish(ts.ToolProgress, session="s", call_id="one", tool="t", current=i)
+                two.publish(ts.ToolProgress, session="s", call_id="two", tool="t", current=i)
+            await one.flush(timeout=10)
+            await two.flush(timeout=10)
+            got = (await take(sub, 201))[1:]
+        for writer in ("one", "two"):
+            assert [getattr(e, "current", None) for e in got if e.call_id == writer] == list(
+                range(100)
+            )
+        seqs = [int(e.id.rpartition("-")[2]) for e in got]
+        assert seqs == sorted(set(seqs))
+        assert one.stats.renumbered + two.stats.renumbered > 0
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_data_loss_gives_a_reset_not_a_silent_gap(own_nats: NatsServer) -> None:
+    """The server comes back without its store: a new epoch; a live subscriber gets a
+    reset, and a cursor from before gets a reset too."""
+    bus = make_bus(own_nats)
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            old = bus.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+            await take(sub, 2)
+            own_nats.stop()
+            shutil.rmtree(own_nats.directory / "store")
+            own_nats.start()
+            with anyio.fail_after(15):
+                while True:
+                    got = await take(sub, 1, within=15)
+                    if isinstance(got[0], ts.StreamReset):
+                        break
+            assert got[0].id.partition("-")[0] != old.id.partition("-")[0], "a new epoch"
+            new = bus.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
+            assert [e.id for e in await take(sub, 1)] == [new.id]
+        async with bus.subscribe(session="s", after=old.id) as again:
+            assert isinstance((await take(again, 1))[0], ts.StreamReset)
+    finally:
+        await bus.aclose()
+
+
+async def test_trimming_keeps_memory_bounded_and_resumes_exact(nats_server: NatsServer) -> None:
+    bus = make_bus(nats_server, replay=16)
+    try:
+        published = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(200)
+        ]
+        await bus.flush(timeout=5)
+        js = await bus._ready()
+        info = await js.stream_info(bus.prefix)
+        assert info.state.messages <= 16 + 16, info.state.messages
+        async with bus.subscribe(session="s", after=published[190].id) as sub:
+            assert [e.id for e in await take(sub, 9)] == [e.id for e in published[191:]]
+        async with bus.subscribe(session="s", after=published[3].id) as sub:
+            first = (await take(sub, 1))[0]
+            assert isinstance(first, ts.StreamReset), "a purged cursor gets a reset"
+        snap = await bus.fetch_snapshot("s")
+        assert [c.call_id for c in snap.calls] == ["c"]
+    finally:
+        await bus.aclose()
+
+
+async def test_expired_sessions_are_purged(nats_server: NatsServer) -> None:
+    bus = make_bus(nats_server, session_ttl=1, reap=False)
+    try:
+        bus.publish(ts.ToolStarted, session="old", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        await anyio.sleep(1.2)
+        bus.publish(ts.ToolStarted, session="new", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        assert await bus.expire_sessions() == 1
+        assert (await bus.fetch_snapshot("old")).calls == ()
+        assert [c.call_id for c in (await bus.fetch_snapshot("new")).calls] == ["c"]
+    finally:
+        await bus.aclose()
+
+
+async def test_outbox_overflow_drops_deltas_and_keeps_lifecycle(own_nats: NatsServer) -> None:
+    bus = make_bus(own_nats, outbox=10)
+    try:
+        await bus.start()
+        own_nats.stop()
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+        for i in range(50):
+            bus.publish(ts.ToolOutputDelta, session="s", call_id="c", tool="t", text=str(i))
+        bus.publish(ts.ToolCompleted, session="s", call_id="c", tool="t")
+        assert bus.stats.dropped > 0
+        own_nats.start()
+        await bus.flush(timeout=15)
+        snap = await bus.fetch_snapshot("s")
+        assert [c.state.value for c in snap.calls] == ["completed"]
+    finally:
+        await bus.aclose()
+
+
+async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) -> None:
+    """A writer that stops renewing its lease has its open calls closed as cancelled,
+    reason "worker lost", once, by whichever surviving process gets there; whatever the
+    lost writer sends for those calls afterwards is dropped (one terminal per call)."""
+    worker = make_bus(nats_server, lease=0.6, reap=False)
+    gateways = [make_bus(nats_server, prefix=worker.prefix, lease=0.6) for _ in range(2)]
+    try:
+        async with gateways[0].subscribe(session="s", snapshot=True) as sub:
+            tracker = ts.Tracker(worker, session="s")
+            run = tracker.run(run_id="r1")
+            await run.__aenter__()
+            a = tracker.create("search", call_id="a")
+            a.ready(args={"q": 1})
+            a.start()
+            b = tracker.create("fetch", call_id="b")
+            b.ready(args={})
+            b.start()
+            b.complete("done")
+            await worker.flush(timeout=5)
+            for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
+                task.cancel()
+            got = []
+            with anyio.fail_after(15):
+                async for event in sub:
+                    got.append(event)
+                    if event.type == "run.finished":
+                        break
+            kinds = [(e.type, e.call_id) for e in got[1:]]
+            assert kinds[-2:] == [("tool.cancelled", "a"), ("run.finished", "")], kinds
+            cancel = got[-2]
+            assert isinstance(cancel, ts.ToolCancelled) and cancel.reason == "worker lost"
+            assert isinstance(got[-1], ts.RunFinished) and got[-1].outcome == "cancelled"
+            for g in gateways:  # both try again, explicitly: the lost writer is reaped once
+                await g.reap_lost()
+            assert sum(g.stats.reaped for g in gateways) == 2
+            # The worker comes back and reports the call: dropped, not a second terminal.
+            worker._tasks = []
+            worker._loop = None
+            await worker.start()
+            a.complete("late")
+            await worker.flush(timeout=5)
+            assert worker.stats.fenced == 1
+            snap = gateways[1].snapshot("s")
+            states = {c.call_id: c.state.value for c in snap.calls}
+            assert states == {"a": "cancelled", "b": "completed"}
+    finally:
+        await worker.aclose()
+        for g in gateways:
+            await g.aclose()
+
+
+async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
+    nats_server: NatsServer,
+) -> None:
+    """A subscriber that falls further behind than the replay window is cut with
+    SlowConsumer (never silently handed a gap); resuming gives the reset it needs."""
+    bus = make_bus(nats_server, replay=16)
+    try:
+        sub = bus.subscribe(session="s", buffer=10_000)
+        await sub.prepare()
+        sub._task.cancel()  # the reader stalls while the writer runs ahead
+        published = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(600)
+        ]
+        await bus.flush(timeout=5)
+        sub._task = asyncio.get_running_loop().create_task(sub._read_loop())
+        got: list[ts.Event] = []
+
+        async def read_all() -> None:
+            async for event in sub:
+                got.append(event)
+
+        with pytest.raises(ts.SlowConsumer) as info, anyio.fail_after(10):
+            await read_all()
+        ids = [e.id for e in got]
+        assert ids == [e.id for e in published[: len(ids)]], "what it got has no gap"
+        async with bus.subscribe(session="s", after=info.value.last_id or sub.start_after) as again:
+            first = await take(again, 1)
+            assert isinstance(first[0], ts.StreamReset)
+        await sub.aclose()
+    finally:
+        await bus.aclose()
+
+
+async def test_two_buses_deciding_at_once_have_one_winner(nats_server: NatsServer) -> None:
+    """Two gateway processes' buses decide the same approval at once, 30 times over:
+    exactly one decision wins each time (compare-and-swap on the approval's entry)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    async with (
+        make_bus(nats_server, prefix=prefix) as agent_bus,
+        make_bus(nats_server, prefix=prefix) as one,
+        make_bus(nats_server, prefix=prefix) as two,
+    ):
+        session = "approvals"
+        tracker = ts.Tracker(agent_bus, session)
+        for round_ in range(30):
+            approval_id = tracker.create("send", call_id=f"c{round_}").await_approval()
+            await agent_bus.flush()
+            results: list[object] = []
+
+            async def decide(
+                bus: Any, who: str, approval_id: str = approval_id, results: list[object] = results
+            ) -> None:
+                try:
+                    results.append(
+                        await bus.resolve_approval(
+                            session, approval_id, approved=who == "one", by=who
+                        )
+                    )
+                except ts.ApprovalAlreadyResolved as exc:
+                    results.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(decide, one, "one")
+                tg.start_soon(decide, two, "two")
+            wins = [r for r in results if isinstance(r, ts.ApprovalResolved)]
+            losses = [r for r in results if isinstance(r, ts.ApprovalAlreadyResolved)]
+            assert len(wins) == 1 and len(losses) == 1, results
+            assert losses[0].resolution is not None
+            assert losses[0].resolution.id == wins[0].id
+            decision = await agent_bus.decision(session, approval_id)
+            assert decision is not None and decision.by == wins[0].by

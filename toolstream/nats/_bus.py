@@ -287,7 +287,9 @@ class NatsBus:
         self._pipeline: Pipeline | None = None
         self._kv: dict[str, KeyValue] = {}
         self._up: asyncio.Event | None = None
+        self._reconnected = asyncio.Event()  # replaced (and set) at each reconnection
         self._epoch_stale = False
+        self._generation = 0  # connections re-established so far
         self._marks = CheckpointMarks(replay)
         # writing
         self._next = 0  # the sequence the flusher asks for next (0: ask the stream)
@@ -299,6 +301,7 @@ class NatsBus:
         self._gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
         self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
         self._janitor_at = 0.0
+        self._reaped_at = 0.0  # monotonic time of the last reaper pass
         try:
             epoch, last = self._in_thread(self._setup)
         except BusUnavailable:
@@ -328,13 +331,16 @@ class NatsBus:
 
         async def reconnected() -> None:
             self._epoch_stale = True
+            self._generation += 1
+            event, self._reconnected = self._reconnected, asyncio.Event()
+            event.set()  # wakes the subscriptions' long polls
             logger.info("NATS connection re-established")
 
         return await nats.connect(
             self.servers,
             connect_timeout=self.connect_timeout,
             allow_reconnect=main,
-            max_reconnect_attempts=-1 if main else 0,
+            max_reconnect_attempts=-1 if main else 1,
             reconnect_time_wait=0.25,
             ping_interval=max(1, int(self.lease)),
             max_outstanding_pings=2,
@@ -372,7 +378,18 @@ class NatsBus:
         return out  # type: ignore[no-any-return]
 
     async def _setup(self, js: JetStreamContext) -> tuple[str, int]:
-        """Create the stream and buckets if missing; the epoch and the last sequence."""
+        """Create the stream and buckets if missing; the epoch and the last sequence.
+        Retried while JetStream is not ready (a cluster electing its leaders)."""
+        delay = 0.05
+        while True:
+            try:
+                return await self._create(js)
+            except RETRYABLE as exc:
+                logger.debug("JetStream not ready (%r); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    async def _create(self, js: JetStreamContext) -> tuple[str, int]:
         names = self.names
         try:
             info = await js.stream_info(names.stream)
@@ -435,10 +452,10 @@ class NatsBus:
         try:
             info = await js.stream_info(self.names.stream)
         except nats.js.errors.NotFoundError:
-            epoch, _ = await self._setup(js)
+            epoch, last = await self._create(js)
             self._kv.clear()
         else:
-            epoch = _epoch_of(info)
+            epoch, last = _epoch_of(info), info.state.last_seq
         self._epoch_stale = False
         if epoch != self.epoch:
             logger.warning(
@@ -450,6 +467,7 @@ class NatsBus:
             )
             with self._lock:
                 self.epoch = epoch
+                self._last = last + len(self._outbox)  # predict in the new numbering
             self._next = 0
         return epoch
 
@@ -509,6 +527,7 @@ class NatsBus:
             task.cancel()
         self._loop = loop
         self._up = asyncio.Event()
+        self._reconnected = asyncio.Event()
         self._nc = None
         self._js = None
         self._kv.clear()
@@ -819,18 +838,19 @@ class NatsBus:
             rev = entry.revision or 0
         except nats.js.errors.KeyNotFoundError:
             record, rev = {}, 0
-        for s, c, *_ in record.get("open", {}).get("c", []):
-            self._fenced.add(("c", s, c))
-            self._opened.calls.pop((s, c), None)
-        for s, r in record.get("open", {}).get("r", []):
-            self._fenced.add(("r", s, r))
-            self._opened.runs.discard((s, r))
-        if record.get("reaped"):
+        if record.get("reaped") and record.get("by") != self.token:
+            for s, c, *_ in record.get("open", {}).get("c", []):
+                self._fenced.add(("c", s, c))
+                self._opened.calls.pop((s, c), None)
+            for s, r in record.get("open", {}).get("r", []):
+                self._fenced.add(("r", s, r))
+                self._opened.runs.discard((s, r))
             logger.error(
                 "this process's lease ran out and %s closed its open calls: their later "
                 "events are dropped",
                 record.get("by"),
             )
+        # else: our own earlier write landed though its reply was lost (a reconnection)
         if rev:
             return await kv.update(self.token, value, last=rev)
         return await kv.create(self.token, value)
@@ -892,8 +912,13 @@ class NatsBus:
         try:
             keys = await kv.keys()
         except nats.js.errors.NoKeysError:
-            return 0
+            keys = []
         now = time.monotonic()
+        if now - self._reaped_at > self.lease:
+            # This process could not watch for a while (NATS away, a failover, a stall):
+            # what it saw before proves nothing; observe every writer afresh.
+            self._seen.clear()
+        self._reaped_at = now
         total = 0
         for key in keys:
             if key == self.token:

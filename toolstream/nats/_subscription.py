@@ -89,6 +89,8 @@ class NatsSubscription(FedSubscription[E_co]):
         count = max(1, min(512, bus.replay // 2))
         sub: Any = None
         name = ""
+        generation = bus._generation
+        idle = 0
         delay = 0.05
         try:
             while not self.closed:
@@ -97,12 +99,24 @@ class NatsSubscription(FedSubscription[E_co]):
                     if bus.epoch != self._epoch:
                         await self._epoch_lost()
                         continue
+                    if sub is not None and generation != bus._generation:
+                        # The connection was re-established: an ephemeral consumer does
+                        # not survive a server restart, so make it again.
+                        await self._drop(sub, name)
+                        sub = None
+                        self.reconnects += 1
                     if sub is None:
+                        generation = bus._generation
                         name, sub = await self._consumer(js, subject)
-                    try:
-                        msgs = await sub.fetch(count, timeout=5.0)
-                    except (nats.errors.TimeoutError, TimeoutError):
+                    msgs = await self._fetch(sub, count)
+                    if msgs is None:
+                        idle += 1
+                        if idle % 3 == 0:
+                            # Quiet for a while, or the consumer is gone (a failover
+                            # elsewhere in a cluster): ask.
+                            await js.consumer_info(bus.names.stream, name)
                         continue
+                    idle = 0
                     delay = 0.05
                 except NATS_ERRORS as exc:
                     if sub is not None:
@@ -138,6 +152,24 @@ class NatsSubscription(FedSubscription[E_co]):
         finally:
             if sub is not None:
                 await self._drop(sub, name)
+
+    async def _fetch(self, sub: Any, count: int) -> list[Any] | None:
+        """Up to ``count`` messages (a long poll of 5 s; None when none came), cut short
+        when the bus's connection is re-established (the consumer is then gone)."""
+        fetch = asyncio.ensure_future(sub.fetch(count, timeout=5.0))
+        again = asyncio.ensure_future(self._nbus._reconnected.wait())
+        try:
+            await asyncio.wait((fetch, again), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            again.cancel()
+            if not fetch.done():
+                fetch.cancel()
+        if not fetch.done() or fetch.cancelled():
+            return None
+        try:
+            return list(fetch.result())
+        except (nats.errors.TimeoutError, TimeoutError):
+            return None
 
     async def _consumer(self, js: Any, subject: str) -> tuple[str, Any]:
         bus = self._nbus

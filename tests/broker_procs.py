@@ -1,26 +1,40 @@
-"""Processes for the multi-process RedisBus test: an agent worker and an SSE gateway.
+"""Processes for the multi-process broker-bus test: an agent worker and an SSE gateway,
+on RedisBus (``redis://`` URLs) or NatsBus (``nats://`` URLs, comma-separated for a
+cluster).
 
-python -m tests.redis_procs worker URL PREFIX SESSION CALLS RATE
-python -m tests.redis_procs gateway URL PREFIX PORT
-python -m tests.redis_procs approvals URL PREFIX SESSION CALLS
+python -m tests.broker_procs worker URL PREFIX SESSION CALLS RATE
+python -m tests.broker_procs gateway URL PREFIX PORT
+python -m tests.broker_procs approvals URL PREFIX SESSION CALLS
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import uvicorn
 
 import toolstream as ts
-from toolstream.redis import RedisBus
 from toolstream.sse import SSEApp
+
+
+def open_bus(url: str, prefix: str) -> Any:
+    """The broker bus ``url`` names, with a one-second lease."""
+    if url.startswith("nats://"):
+        from toolstream.nats import NatsBus
+
+        replicas = 3 if url.count(",") == 2 else 1
+        return NatsBus(url.split(","), prefix=prefix, lease=1.0, replicas=replicas)
+    from toolstream.redis import RedisBus
+
+    return RedisBus(url, prefix=prefix, lease=1.0)
 
 
 async def worker(url: str, prefix: str, session: str, calls: int, rate: float) -> None:
     """Publish a run of ``calls`` tool calls through a Tracker, then open one more call
     and hang (the test kills this process there)."""
-    async with RedisBus(url, prefix=prefix, lease=1.0) as bus:
+    async with open_bus(url, prefix) as bus:
         tracker = ts.Tracker(bus, session=session)
         async with tracker.run(run_id="r1"):
             for i in range(calls):
@@ -39,7 +53,7 @@ async def worker(url: str, prefix: str, session: str, calls: int, rate: float) -
 async def approvals(url: str, prefix: str, session: str, calls: int) -> None:
     """Run ``calls`` calls that each wait for a person's decision (made in another
     process); an approved call runs with the args the person gave."""
-    async with RedisBus(url, prefix=prefix, lease=1.0) as bus:
+    async with open_bus(url, prefix) as bus:
         tracker = ts.Tracker(bus, session=session)
         async with tracker.run(run_id="r1"):
             for i in range(calls):
@@ -54,8 +68,8 @@ async def approvals(url: str, prefix: str, session: str, calls: int) -> None:
 
 
 def gateway(url: str, prefix: str, port: int) -> None:
-    """Serve SSE from the shared Redis on 127.0.0.1:port."""
-    bus = RedisBus(url, prefix=prefix, lease=1.0)
+    """Serve SSE from the shared broker on 127.0.0.1:port."""
+    bus = open_bus(url, prefix)
     app = SSEApp(bus, heartbeat=1.0)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
 

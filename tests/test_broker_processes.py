@@ -1,6 +1,7 @@
 """Several processes, one stream: an agent worker publishing through a Tracker, two
-uvicorn gateways serving SSE from the same Redis, and a client that moves between
-them while a gateway is killed, Redis restarts and the worker dies."""
+uvicorn gateways serving SSE from the same broker (Redis, NATS JetStream, a JetStream
+cluster of three), and a client that moves between them while a gateway is killed,
+the broker restarts (or loses a server) and the worker dies."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import pytest
 import redis
 from httpx_sse import aconnect_sse
 
-from tests.redis_server import RedisServer, free_port
+from tests.nats_server import NatsCluster, NatsServer, require_nats
+from tests.redis_server import RedisServer, free_port, require_redis
 from tests.servers import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,13 +32,126 @@ SESSION = "agent-1"
 
 @pytest.fixture
 def anyio_backend() -> str:
-    return "asyncio"  # the test's own client; the processes run RedisBus on asyncio
+    return "asyncio"  # the test's own client; the processes run the buses on asyncio
+
+
+class Broker:
+    """A broker the test starts: its URL, a hard restart (or the loss of one server of
+    a cluster) mid-stream, and what it stored for a session."""
+
+    url: str
+
+    def disrupt(self) -> None:
+        raise NotImplementedError
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class RedisBroker(Broker):
+    def __init__(self, directory: Path) -> None:
+        self.server = RedisServer(directory)
+        self.server.start()
+        self.url = self.server.url
+
+    def disrupt(self) -> None:
+        self.server.restart(kill=True)  # SIGKILL, append-only file
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        r = redis.Redis.from_url(self.url, decode_responses=True)
+        entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{prefix}:s:{session}"))
+        r.close()
+        return [json.loads(fields["e"])["type"] for _, fields in entries]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+async def nats_stored(urls: list[str], prefix: str, session: str) -> list[str]:
+    """The types of the events a NatsBus stored for ``session``, in stream order."""
+    import nats
+    from nats.js import api
+
+    nc = await nats.connect(urls)
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(
+            f"{prefix}.{session}",
+            durable=None,
+            stream=prefix,
+            config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE),
+        )
+        out: list[str] = []
+        while True:
+            try:
+                msgs = await sub.fetch(500, timeout=1)
+            except nats.errors.TimeoutError:
+                break
+            out += [json.loads(m.data)["type"] for m in msgs]
+            if msgs[-1].metadata.num_pending == 0:
+                break
+        return out
+    finally:
+        await nc.close()
+
+
+class NatsBroker(Broker):
+    def __init__(self, directory: Path) -> None:
+        self.server = NatsServer(directory)
+        self.server.start()
+        self.url = self.server.url
+
+    def disrupt(self) -> None:
+        self.server.restart(kill=True)  # SIGKILL; the file store is kept
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        return await nats_stored([self.url], prefix, session)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class NatsClusterBroker(Broker):
+    """Three servers, R3 streams: one server is SIGKILLed mid-stream and stays down."""
+
+    def __init__(self, directory: Path) -> None:
+        self.cluster = NatsCluster(directory)
+        self.cluster.start()
+        self.url = ",".join(self.cluster.urls)
+
+    def disrupt(self) -> None:
+        self.cluster.servers[0].stop(kill=True)
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        live = [s.url for s in self.cluster.servers if s.proc is not None]
+        return await nats_stored(live, prefix, session)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+@pytest.fixture(params=["redis", "nats", "nats-cluster"])
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "redis":
+        require_redis()
+        made: Broker = RedisBroker(tmp_path)
+    elif request.param == "nats":
+        require_nats()
+        made = NatsBroker(tmp_path)
+    else:
+        require_nats()
+        made = NatsClusterBroker(tmp_path)
+    yield made
+    made.stop()
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.redis_procs", *args],
+        [sys.executable, "-m", "tests.broker_procs", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -106,14 +221,14 @@ class Client:
         return len([e for e in self.events if e["type"] != "stream.reset"])
 
 
-async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> None:
+async def test_two_gateways_one_worker_exactly_once(broker: Broker) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    g1, g2 = Gateway(own_redis.url, prefix), Gateway(own_redis.url, prefix)
+    g1, g2 = Gateway(broker.url, prefix), Gateway(broker.url, prefix)
     worker: subprocess.Popen[str] | None = None
     try:
         await g1.ready()
         await g2.ready()
-        worker = spawn("worker", own_redis.url, prefix, SESSION, "150", "60")
+        worker = spawn("worker", broker.url, prefix, SESSION, "150", "60")
         client = Client()
         # 1. Read from gateway 1, then the connection is cut.
         await client.read(g1.url, until=lambda e: client.count() >= 60)
@@ -126,8 +241,9 @@ async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> N
 
         await client.read(g2.url, until=lambda e: False, action=kill_g2)
         assert g2.proc.poll() is not None
-        # 3. Resume on gateway 1; Redis is restarted (SIGKILL, append-only file) while
-        #    the client reads and the worker publishes.
+        # 3. Resume on gateway 1; the broker is restarted (SIGKILL; Redis keeps its
+        #    append-only file, NATS its store) or, in a cluster, loses one server for
+        #    good, while the client reads and the worker publishes.
         mark = client.count()
         restarted = False
 
@@ -135,7 +251,7 @@ async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> N
             nonlocal restarted
             if not restarted and client.count() >= mark + 30:
                 restarted = True
-                await anyio.to_thread.run_sync(lambda: own_redis.restart(kill=True))
+                await anyio.to_thread.run_sync(broker.disrupt)
 
         # 4. The worker hangs with a call open and is killed: a gateway closes the call.
         async def kill_worker(event: dict[str, Any]) -> None:
@@ -148,11 +264,8 @@ async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> N
         assert restarted
         assert worker.wait(10) == -signal.SIGKILL
         await anyio.sleep(0.5)  # time for a second terminal to show up, if there were one
-        # Every event exactly once, in order: the client's view equals the stream in Redis.
-        r = redis.Redis.from_url(own_redis.url, decode_responses=True)
-        entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{prefix}:s:{SESSION}"))
-        r.close()
-        stored = [json.loads(fields["e"])["type"] for _, fields in entries]
+        # Every event exactly once, in order: the client's view equals the stored stream.
+        stored = await broker.stored(prefix, SESSION)
         seen = [e for e in client.events if e["type"] != "stream.reset"]
         assert [e["type"] for e in seen] == stored
         ids = [int(e["id"].rpartition("-")[2]) for e in seen]
@@ -177,16 +290,16 @@ async def test_two_gateways_one_worker_exactly_once(own_redis: RedisServer) -> N
 
 
 async def test_an_agent_waits_in_one_process_a_person_decides_through_another(
-    own_redis: RedisServer,
+    broker: Broker,
 ) -> None:
     """The agent waits in a worker; the decision is POSTed to a gateway process; the
     tool runs (with the edited args) or ends denied, once, seen by an SSE client."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    gateway = Gateway(own_redis.url, prefix)
+    gateway = Gateway(broker.url, prefix)
     worker: subprocess.Popen[str] | None = None
     try:
         await gateway.ready()
-        worker = spawn("approvals", own_redis.url, prefix, SESSION, "4")
+        worker = spawn("approvals", broker.url, prefix, SESSION, "4")
         client = Client()
         decided: list[str] = []
 
