@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -41,8 +42,11 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, *, persist: bool = True) -> None:
+    def start(self, *, persist: bool = True, extra: list[str] | None = None) -> None:
         assert REDIS_SERVER is not None
+        if extra is not None:
+            self._extra = extra
+        extra = getattr(self, "_extra", [])
         args = [
             REDIS_SERVER,
             "--port",
@@ -59,6 +63,7 @@ class RedisServer:
             "always",
             "--logfile",
             str(self.directory / "redis.log"),
+            *extra,
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
@@ -75,6 +80,22 @@ class RedisServer:
             time.sleep(0.02)
         log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"redis-server did not start on port {self.port}:\n{log}")
+
+    def command(self, line: bytes) -> bytes:
+        """One inline command's raw reply (for the cluster helper's checks)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(line + b"\r\n")
+            data = b""
+            s.settimeout(0.3)
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+            return data
 
     def stop(self, *, kill: bool = False) -> None:
         proc = self.proc
@@ -99,3 +120,112 @@ class RedisServer:
                     else:
                         os.unlink(path)
         self.start()
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20_000, 45_000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10_000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a Redis cluster node")
+
+
+class RedisClusterServers:
+    """A Redis Cluster of three masters, each with one replica (six redis-servers,
+    append-only files), created with ``redis-cli --cluster create``."""
+
+    def __init__(self, directory: Path, *, replicas: int = 1) -> None:
+        self.directory = directory
+        self.replicas = replicas
+        self.nodes: list[RedisServer] = []
+        for i in range(3 * (1 + replicas)):
+            d = directory / f"r{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            self.nodes.append(RedisServer(d, port=free_cluster_port()))
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start(
+                extra=[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-replica-validity-factor",
+                    "0",  # a replica may take over however fresh the cluster is
+                    "--repl-diskless-sync-delay",
+                    "0",  # replicas sync at once (Redis waits 5 s by default)
+                ]
+            )
+        cli = shutil.which("redis-cli")
+        assert cli is not None
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+        self.wait_ok()
+
+    def wait_ok(self, within: float = 30.0) -> None:
+        """Wait until every live node says ``cluster_state:ok`` and knows all slots."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            live = [n for n in self.nodes if n.proc is not None]
+            states = [n.command(b"CLUSTER INFO") for n in live]
+            links = [n.command(b"INFO replication") for n in live]
+            synced = all(b"role:master" in r or b"master_link_status:up" in r for r in links)
+            if synced and all(b"cluster_state:ok" in s for s in states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the Redis cluster did not become ok in time")
+
+    def owner(self, key: str) -> RedisServer:
+        """The master node that holds ``key``'s slot now."""
+        import redis
+
+        live = next(n for n in self.nodes if n.proc is not None)
+        client = redis.Redis(port=live.port)
+        try:
+            run: Any = client.execute_command
+            slot = int(run("CLUSTER KEYSLOT", key))
+            for start, end, master, *_ in run("CLUSTER SLOTS"):
+                if int(start) <= slot <= int(end):
+                    port = int(master[1])
+                    return next(n for n in self.nodes if n.port == port)
+        finally:
+            client.close()
+        raise LookupError(f"no master holds {key!r}")
+
+    def masters(self) -> list[RedisServer]:
+        """The nodes that are masters now."""
+        out = []
+        for n in self.nodes:
+            if n.proc is not None and b"role:master" in n.command(b"INFO replication"):
+                out.append(n)
+        return out
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

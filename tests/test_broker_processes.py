@@ -21,7 +21,7 @@ import redis
 from httpx_sse import aconnect_sse
 
 from tests.nats_server import NatsCluster, NatsServer, require_nats
-from tests.redis_server import RedisServer, free_port, require_redis
+from tests.redis_server import RedisClusterServers, RedisServer, free_port, require_redis
 from tests.servers import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,6 +40,7 @@ class Broker:
     a cluster) mid-stream, and what it stored for a session."""
 
     url: str
+    prefix: str = ""
 
     def disrupt(self) -> None:
         raise NotImplementedError
@@ -62,7 +63,7 @@ class RedisBroker(Broker):
 
     async def stored(self, prefix: str, session: str) -> list[str]:
         r = redis.Redis.from_url(self.url, decode_responses=True)
-        entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{prefix}:s:{session}"))
+        entries = cast(list[tuple[str, dict[str, str]]], r.xrange(f"{{{prefix}:{session}}}:s"))
         r.close()
         return [json.loads(fields["e"])["type"] for _, fields in entries]
 
@@ -96,6 +97,42 @@ async def nats_stored(urls: list[str], prefix: str, session: str) -> list[str]:
         return out
     finally:
         await nc.close()
+
+
+class RedisClusterBroker(RedisBroker):
+    """Three masters with a replica each: the master holding the shared keys (leases,
+    epoch) is SIGKILLed mid-stream and its replica takes over. (A master holding the
+    session itself, with asynchronous replication, may lose its last writes: see
+    test_redis_cluster.py, which waits for the replica before killing.)"""
+
+    def __init__(self, directory: Path) -> None:
+        self.cluster = RedisClusterServers(directory)
+        self.cluster.start()
+        self.url = self.cluster.url
+        self.prefix = ""
+
+    def disrupt(self) -> None:
+        session = self.cluster.owner(f"{{{self.prefix}:{SESSION}}}:s")
+        shared = self.cluster.owner(f"{{{self.prefix}}}:workers")
+        victim = (
+            shared
+            if shared is not session
+            else next(n for n in self.cluster.masters() if n is not session)
+        )
+        victim.stop(kill=True)
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        import redis.cluster
+
+        r = redis.cluster.RedisCluster.from_url(self.url, decode_responses=True)
+        try:
+            entries = cast(Any, r.xrange(f"{{{prefix}:{session}}}:s"))
+            return [json.loads(fields["e"])["type"] for _, fields in entries]
+        finally:
+            r.close()
+
+    def stop(self) -> None:
+        self.cluster.stop()
 
 
 class NatsBroker(Broker):
@@ -133,11 +170,14 @@ class NatsClusterBroker(Broker):
         self.cluster.stop()
 
 
-@pytest.fixture(params=["redis", "nats", "nats-cluster"])
+@pytest.fixture(params=["redis", "redis-cluster", "nats", "nats-cluster"])
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "redis":
         require_redis()
         made: Broker = RedisBroker(tmp_path)
+    elif request.param == "redis-cluster":
+        require_redis()
+        made = RedisClusterBroker(tmp_path)
     elif request.param == "nats":
         require_nats()
         made = NatsBroker(tmp_path)
@@ -223,6 +263,7 @@ class Client:
 
 async def test_two_gateways_one_worker_exactly_once(broker: Broker) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
+    broker.prefix = prefix
     g1, g2 = Gateway(broker.url, prefix), Gateway(broker.url, prefix)
     worker: subprocess.Popen[str] | None = None
     try:

@@ -173,7 +173,7 @@ async def test_outage_keeps_the_agent_running_and_loses_nothing(own_redis: Redis
         assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
         own_redis.start()
         await bus.flush(timeout=10)
-        entries: list[tuple[str, Any]] = cast(Any, r.xrange(f"{bus.prefix}:s:s"))
+        entries: list[tuple[str, Any]] = cast(Any, r.xrange(f"{{{bus.prefix}:s}}:s"))
         ids = [
             f"{bus.epoch}-{int(e.split('-')[0]) * 1_000_000 + int(e.split('-')[1])}"
             for e, _ in entries
@@ -199,7 +199,7 @@ async def test_a_retried_batch_is_not_written_twice(redis_server: RedisServer) -
         await bus.flush(timeout=5)
         await bus._write(events)  # the retry of a batch whose reply was lost
         await bus._write(events[2:])
-        assert r.xlen(f"{bus.prefix}:s:s") == 5
+        assert r.xlen(f"{{{bus.prefix}:s}}:s") == 5
         assert bus.stats.duplicates == 8
         assert bus.stats.flushed == 5
     finally:
@@ -331,7 +331,7 @@ async def test_trimming_keeps_memory_bounded_and_resumes_exact(redis_server: Red
                 bus.publish(ts.ToolStarted, session="s", call_id="mid", tool="t")
                 bus.publish(ts.ToolCompleted, session="s", call_id="mid", tool="t", result=1)
         await bus.flush(timeout=5)
-        length = r.xlen(f"{bus.prefix}:s:s")
+        length = r.xlen(f"{{{bus.prefix}:s}}:s")
         assert 20 <= length <= 20 + 5 + 512, length
         # A cursor trimmed away: a reset whose snapshot has every call as it stands.
         async with bus.subscribe(session="s", after=early.id) as sub:
@@ -358,9 +358,9 @@ async def test_session_ttl_expires_keys(redis_server: RedisServer) -> None:
     try:
         bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
         await bus.flush(timeout=5)
-        assert r.exists(f"{bus.prefix}:s:s")
-        assert 0 < r.ttl(f"{bus.prefix}:s:s") <= 1
-        await eventually(lambda: not r.exists(f"{bus.prefix}:s:s"))
+        assert r.exists(f"{{{bus.prefix}:s}}:s")
+        assert 0 < r.ttl(f"{{{bus.prefix}:s}}:s") <= 1
+        await eventually(lambda: not r.exists(f"{{{bus.prefix}:s}}:s"))
     finally:
         await bus.aclose()
         r.close()
@@ -393,8 +393,8 @@ async def test_malformed_entries_are_skipped(redis_server: RedisServer) -> None:
     try:
         async with bus.subscribe(session="s", snapshot=True) as sub:
             await take(sub, 1)
-            r.xadd(f"{bus.prefix}:s:s", {"e": "{not json"})
-            r.xadd(f"{bus.prefix}:s:s", {"other": "field"})
+            r.xadd(f"{{{bus.prefix}:s}}:s", {"e": "{not json"})
+            r.xadd(f"{{{bus.prefix}:s}}:s", {"other": "field"})
             bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
             got = await take(sub, 1)
             # The foreign entries used Redis's clock: ours comes after them, renumbered.

@@ -52,14 +52,17 @@ class BrokerStart:
 class SessionState:
     """A session as a broker bus read it in one consistent step: the broker's ``epoch``,
     the ``last`` position, the ``floor`` (cursors below it cannot be served: trimmed,
-    or before the checkpoint), the state ``base`` at the checkpoint (or empty) and the
-    retained ``events`` after it with their positions."""
+    or before the checkpoint), the state ``base`` at the checkpoint (or empty), the
+    retained ``events`` after it with their positions, and the session's
+    ``incarnation`` (a broker that keeps one per session: a new one means its data was
+    lost)."""
 
     epoch: str
     last: int
     floor: int
     base: LiveView
     events: list[tuple[int, Event]]
+    incarnation: str = ""
 
     def folded(self) -> LiveView:
         """The state after every retained event (advances the base view: call once)."""

@@ -28,7 +28,7 @@ from toolstream._core.ids import make_id
 from toolstream._core.jsonenc import dumps
 from toolstream.redis import _scripts
 
-from ._common import RETRYABLE, AsyncScript, entry_seq, redact_url
+from ._common import RETRYABLE, AsyncScript, entry_seq, redact_url, session_base
 
 if TYPE_CHECKING:
     from ._bus import RedisBus
@@ -47,9 +47,9 @@ class RedisArbiter:
         self._resolve_script: AsyncScript = bus._redis.register_script(_scripts.RESOLVE)
         self._approval_script: AsyncScript = bus._redis.register_script(_scripts.APPROVAL)
 
-    async def _run(self, script: AsyncScript, args: list[Any]) -> Any:
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         try:
-            return await script(args=args)
+            return await script(keys=keys, args=args)
         except RETRYABLE as exc:
             url = redact_url(self.bus.url)
             raise BusUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
@@ -94,10 +94,13 @@ class RedisArbiter:
         ):
             variants += [dumps(res), dumps(dec), dumps(den) if den is not None else ""]
         kind = "t" if by == TIMEOUT_BY else "d"
-        outcome, res_json, rid, epoch = await self._run(
+        base = session_base(bus.prefix, session)
+        outcome, res_json, rid = await self._run(
             self._resolve_script,
-            [bus.prefix, session, approval_id, bus._clock(), int(bus.session_ttl), kind, *variants],
+            [f"{base}:s"],
+            [base, session, approval_id, bus._clock(), int(bus.session_ttl), kind, *variants],
         )
+        epoch = bus.epoch
         if outcome == "notfound":
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
         event = from_dict({**json.loads(res_json), "id": make_id(epoch, entry_seq(rid))})
@@ -114,8 +117,10 @@ class RedisArbiter:
         self, session: str, approval_id: str
     ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
         """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None."""
-        args = [self.bus.prefix, session, approval_id]
-        st, meta, dec = await self._run(self._approval_script, args)
+        base = session_base(self.bus.prefix, session)
+        st, meta, dec = await self._run(
+            self._approval_script, [f"{base}:s"], [base, session, approval_id]
+        )
         if not st:
             return None
         return st, json.loads(meta), json.loads(dec) if dec else None
@@ -159,7 +164,7 @@ class RedisArbiter:
         bus._start_here()
         target = bus._outbox.published
         await bus._settle(target, time.monotonic() + bus.connect_timeout)  # our request
-        key = f"{bus.prefix}:dn:{approval_id}"
+        key = f"{session_base(bus.prefix, session)}:dn:{approval_id}"
         while True:
             decision = await self.decision(session, approval_id)
             if decision is not None:

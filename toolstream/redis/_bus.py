@@ -72,11 +72,13 @@ from ._common import (
     SessionState,
     aredis,
     entry_seq,
+    global_base,
     parse_state,
     redact_url,
     redis,
     require_asyncio,
     seq_entry,
+    session_base,
 )
 from ._subscription import RedisSubscription
 
@@ -151,6 +153,9 @@ class RedisBus:
       wait for Redis before :class:`~toolstream.BusUnavailable`.
     - ``reset_bytes``: the most a ``stream.reset`` holds (as on ``EventBus``).
     - ``payload``: shapes what a decision publishes (as on ``EventBus``).
+    - ``cluster``: ``url`` names a node of a Redis Cluster (None: ask the server). Every
+      key of a session is in one hash slot (``{prefix:session}``), the shared keys in
+      another (``{prefix}``), so sessions spread over the masters.
 
     Approvals are arbitrated in Redis (one script per decision): whichever process
     decides first wins, every other gets ``ApprovalAlreadyResolved``.
@@ -177,9 +182,10 @@ class RedisBus:
         max_finished: int = 500,
         reset_bytes: int = DEFAULT_RESET_BYTES,
         payload: PayloadPolicy | None = None,
+        cluster: bool | None = None,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix:
-            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix must be a non-empty string without braces, got {prefix!r}")
         if replay < 1:
             raise ValueError(f"replay must be at least 1, got {replay}")
         if not session_ttl >= 1:
@@ -213,15 +219,34 @@ class RedisBus:
             "socket_keepalive": True,
         }
         self._options = options
-        self._sync = redis.Redis.from_url(url, socket_timeout=connect_timeout, **options)
-        self._sync_state = self._sync.register_script(_scripts.READ_STATE)
+        self._global = global_base(prefix)
         try:
+            if cluster is None:
+                probe = redis.Redis.from_url(url, socket_timeout=connect_timeout, **options)
+                try:
+                    info = probe.info("cluster")
+                finally:
+                    probe.close()
+                cluster = bool(info.get("cluster_enabled"))
+            #: Whether ``url`` is a Redis Cluster.
+            self.cluster = cluster
+            # The synchronous parts (construction, snapshot()) use a plain client and, on a
+            # cluster, follow MOVED replies to the node that owns the slot.
+            self._sync = redis.Redis.from_url(url, socket_timeout=connect_timeout, **options)
+            self._sync_nodes: dict[str, redis.Redis] = {}
+            self._sync_state = self._sync.register_script(_scripts.READ_STATE)
             #: The keyspace's epoch: every event id carries it.
             self.epoch = self._ensure_epoch_sync()
-        except NETWORK_ERRORS as exc:
-            self._sync.close()
+        except RETRYABLE as exc:
+            if hasattr(self, "_sync"):
+                self._close_sync()
             raise BusUnavailable(f"cannot reach Redis at {redact_url(url)}: {exc}") from exc
-        self._redis = aredis.Redis.from_url(url, socket_timeout=30.0, **options)
+        self._redis: Any = (
+            aredis.cluster.RedisCluster.from_url(url, socket_timeout=30.0, **options)
+            if cluster
+            else aredis.Redis.from_url(url, socket_timeout=30.0, **options)
+        )
+        self._claim_script: AsyncScript = self._redis.register_script(_scripts.CLAIM)
         self._flush_script: AsyncScript = self._redis.register_script(_scripts.FLUSH)
         self._state_script: AsyncScript = self._redis.register_script(_scripts.READ_STATE)
         self._ck_script: AsyncScript = self._redis.register_script(_scripts.CHECKPOINT)
@@ -241,6 +266,8 @@ class RedisBus:
         self._subs: set[RedisSubscription[Any]] = set()
         self._registered = False  # this process wrote events (holds a lease)
         self._marks = CheckpointMarks(replay)
+        self._wrote_to: set[str] = set()  # sessions registered under this writer
+        self._discovery: asyncio.Task[Any] | None = None  # a cluster client's first discovery
 
     def __repr__(self) -> str:
         return (
@@ -251,12 +278,43 @@ class RedisBus:
     def _ensure_epoch_sync(self) -> str:
         """The keyspace's epoch, created if there is none (SET NX GET: one round trip)."""
         token = secrets.token_hex(6)
-        old = self._sync.set(f"{self.prefix}:epoch", token, nx=True, get=True)
+        old = self._sync_run(
+            lambda client: client.set(f"{self._global}:epoch", token, nx=True, get=True)
+        )
         return str(old) if old is not None else token
+
+    def _sync_run(self, call: Any) -> Any:
+        """``call(client)`` on the synchronous client, following a cluster's ``MOVED``
+        (and ``ASK``) replies to the node that owns the slot."""
+        client = self._sync
+        for _ in range(5):
+            try:
+                return call(client)
+            except redis.exceptions.AskError as exc:  # MOVED is a kind of ASK here
+                address = f"{exc.host}:{exc.port}"
+                client = self._sync_nodes.get(address) or self._sync_node(address)
+        raise BusUnavailable(f"Redis at {redact_url(self.url)} kept redirecting")
+
+    def _sync_node(self, address: str) -> redis.Redis:
+        host, _, port = address.rpartition(":")
+        client = redis.Redis(
+            host=host or "127.0.0.1",
+            port=int(port),
+            socket_timeout=self.connect_timeout,
+            **self._options,
+        )
+        self._sync_nodes[address] = client
+        return client
+
+    def _close_sync(self) -> None:
+        self._sync.close()
+        for client in self._sync_nodes.values():
+            client.close()
+        self._sync_nodes.clear()
 
     async def _ensure_epoch(self) -> str:
         token = secrets.token_hex(6)
-        old = await self._redis.set(f"{self.prefix}:epoch", token, nx=True, get=True)
+        old = await self._redis.set(f"{self._global}:epoch", token, nx=True, get=True)
         epoch = str(old) if old is not None else token
         self._set_epoch(epoch)
         return epoch
@@ -361,14 +419,20 @@ class RedisBus:
         self._tasks = []
         if self._registered:
             try:
-                await self._redis.delete(f"{self.prefix}:w:{self.token}")
-                await self._reap_script(
-                    args=[self.prefix, self.token, "worker stopped", int(self.session_ttl), "1"]
-                )
+                await self._redis.delete(f"{self._global}:w:{self.token}")
+                await self._reap_writer(self.token, "worker stopped", force=True)
             except RETRYABLE as exc:
                 logger.warning("could not give up the lease: %s", exc)
-        await self._redis.aclose()
-        self._sync.close()
+        if self._discovery is not None and not self._discovery.done():
+            await asyncio.wait([self._discovery], timeout=wait)
+        if self.cluster and getattr(self._redis, "_initialize", False):
+            # redis-py's aclose() skips a cluster client flagged for rediscovery (after a
+            # cancelled or failed command) and leaks its connections: close its nodes.
+            await self._redis.nodes_manager.aclose()
+            await self._redis.nodes_manager.aclose("startup_nodes")
+        else:
+            await self._redis.aclose()
+        self._close_sync()
 
     # -- publishing --------------------------------------------------------------------
 
@@ -417,19 +481,71 @@ class RedisBus:
         await self._outbox.settle(target, deadline)
 
     async def _write(self, batch: Sequence[Event]) -> None:
-        args: list[Any] = [
-            self.prefix,
-            self.token,
-            secrets.token_hex(6),
-            int(self.session_ttl),
-            int(self.lease * 1000),
-        ]
-        kinds = _KINDS
-        session = None
+        """Write a batch: register this writer's lease and the sessions it writes to (the
+        shared slot), then one script call per session (each on its own slot, all at
+        once)."""
+        await self._connected()
+        by_session: dict[str, list[Event]] = {}
         for ev in batch:
-            if ev.session != session:
-                session = ev.session
-                args += ("S", session)
+            by_session.setdefault(ev.session, []).append(ev)
+        new = [session for session in by_session if session not in self._wrote_to]
+        try:
+            if new or not self._registered:
+                await self._register(new)
+            replies = await asyncio.gather(
+                *(self._write_session(session, evs) for session, evs in by_session.items())
+            )
+        except RETRYABLE:
+            raise
+        except redis.ResponseError as exc:
+            # Not a connection problem: retrying the same batch would fail the same
+            # way forever. The outbox drops it, counted, and flush() says so.
+            raise Refused(str(exc)) from exc
+        self._registered = True
+        stats = self._stats
+        for (session, evs), (codes, moved) in zip(by_session.items(), replies, strict=True):
+            stats.flushed += codes.count("0") + codes.count("3")
+            stats.duplicates += codes.count("1")
+            if "2" in codes:
+                for ev, code in zip(evs, codes, strict=True):
+                    if code == "2":
+                        stats.fenced += 1
+                        logger.warning(
+                            "dropped %s of call %s (session %s): the call was closed "
+                            "elsewhere (a reaper, after this process's lease ran out, or a "
+                            "denial), or its approval was decided already",
+                            ev.type,
+                            ev.call_id,
+                            session,
+                        )
+            if moved:
+                stats.renumbered += len(moved)
+                seq = max(entry_seq(str(m)) for m in moved)
+                with self._lock:
+                    self._last = max(self._last, seq)
+
+    async def _register(self, sessions: Sequence[str]) -> None:
+        """Hold the lease and file ``sessions`` under this writer (where a reaper looks
+        if this process is lost), before anything is written to them."""
+        g = self._global
+        await self._batch(
+            [
+                ("SET", f"{g}:w:{self.token}", "1", "PX", int(self.lease * 1000)),
+                ("SADD", f"{g}:workers", self.token),
+                *([("SADD", f"{g}:wsess:{self.token}", *sessions)] if sessions else []),
+                ("EXPIRE", f"{g}:wsess:{self.token}", int(self.session_ttl)),
+            ]
+        )
+        self._wrote_to.update(sessions)
+        if len(self._wrote_to) > 100_000:
+            self._wrote_to.clear()  # bounded: sessions are filed again (idempotent)
+
+    async def _write_session(self, session: str, batch: Sequence[Event]) -> tuple[str, list[Any]]:
+        """One FLUSH script call: ``batch`` (one session's events, in order)."""
+        base = session_base(self.prefix, session)
+        args: list[Any] = [base, self.token, secrets.token_hex(6), int(self.session_ttl)]
+        kinds = _KINDS
+        for ev in batch:
             data = to_dict(ev)
             del data["id"]
             entry = seq_entry(event_seq(ev.id))
@@ -451,36 +567,8 @@ class RedisBus:
                 args += ("-", entry, ev.call_id or "", blob)
             else:
                 args += (kind, entry, ev.call_id or "", ev.run_id or "", ev.tool or "", blob)
-        try:
-            epoch, codes, moved = await self._flush_script(args=args)
-        except RETRYABLE:
-            raise
-        except redis.ResponseError as exc:
-            # Not a connection problem: retrying the same batch would fail the same
-            # way forever. The outbox drops it, counted, and flush() says so.
-            raise Refused(str(exc)) from exc
-        self._registered = True
-        self._set_epoch(epoch)
-        stats = self._stats
-        stats.flushed += codes.count("0") + codes.count("3")
-        stats.duplicates += codes.count("1")
-        if "2" in codes:
-            for ev, code in zip(batch, codes, strict=True):
-                if code == "2":
-                    stats.fenced += 1
-                    logger.warning(
-                        "dropped %s of call %s (session %s): the call was closed elsewhere "
-                        "(a reaper, after this process's lease ran out, or a denial), or "
-                        "its approval was decided already",
-                        ev.type,
-                        ev.call_id,
-                        ev.session,
-                    )
-        if moved:
-            stats.renumbered += len(moved)
-            seq = max(entry_seq(str(m)) for m in moved)
-            with self._lock:
-                self._last = max(self._last, seq)
+        _, codes, moved = await self._flush_script(keys=[f"{base}:s"], args=args)
+        return str(codes), list(moved)
 
     async def _checkpoints(self, batch: list[Event]) -> None:
         """Every ``replay // 4`` events written to a session, store its state as of
@@ -504,7 +592,10 @@ class RedisBus:
         )
         blob = dumps(to_dict(reset))
         trim = seq_entry(entry_seq(entry) + 1)  # the checkpoint covers ``entry`` itself
-        await self._ck_script(args=[self.prefix, session, entry, blob, int(self.session_ttl), trim])
+        base = session_base(self.prefix, session)
+        await self._ck_script(
+            keys=[f"{base}:s"], args=[base, entry, blob, int(self.session_ttl), trim]
+        )
 
     # -- leases --------------------------------------------------------------------------
 
@@ -515,12 +606,8 @@ class RedisBus:
             await asyncio.sleep(every)
             try:
                 if self._registered:
-                    ttl = int(self.session_ttl)
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.set(f"{self.prefix}:w:{self.token}", "1", px=int(self.lease * 1000))
-                        pipe.sadd(f"{self.prefix}:workers", self.token)
-                        pipe.expire(f"{self.prefix}:open:{self.token}", ttl)
-                        await pipe.execute()
+                    await self._register(())
+                await self._ensure_epoch()  # a lost epoch key: every cursor resets
                 if self.reap:
                     await self.reap_lost()
             except RETRYABLE as exc:
@@ -535,26 +622,54 @@ class RedisBus:
         every writer whose lease ran out; returns how many events that wrote. Each lost
         writer is reaped exactly once, whichever processes try. Runs every ``lease / 3``
         seconds on its own when ``reap=True``."""
-        workers = cast("set[str]", await self._redis.smembers(f"{self.prefix}:workers"))
-        others = sorted(w for w in workers if w != self.token)
+        g = self._global
+        workers = cast("set[str]", await self._redis.smembers(f"{g}:workers"))
+        lost = cast("set[str]", await self._redis.smembers(f"{g}:lost"))
+        others = sorted((workers | lost) - {self.token})
         if not others:
             return 0
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for w in others:
-                pipe.exists(f"{self.prefix}:w:{w}")
-            alive = await pipe.execute()
+        alive = await self._batch([("EXISTS", f"{g}:w:{w}") for w in others])
         total = 0
         for w, held in zip(others, alive, strict=True):
-            if held:
+            if held and w not in lost:
                 continue
-            n = await self._reap_script(
-                args=[self.prefix, w, "worker lost", int(self.session_ttl), "0"]
-            )
+            n = await self._reap_writer(w, "worker lost", force=False)
             if n > 0:
                 logger.warning("writer %s lost its lease: closed %d open calls/runs", w, n)
                 total += n
         self._stats.reaped += total
         return total
+
+    async def _reap_writer(self, token: str, reason: str, *, force: bool) -> int:
+        """Claim writer ``token`` (once, in the shared slot), close what it left open in
+        each session it wrote to (one script per session's slot), then release it."""
+        g = self._global
+        status, sessions = await self._claim_script(
+            keys=[f"{g}:workers"], args=[g, token, "1" if force else "0"]
+        )
+        if status != "reap":
+            return 0
+        n = 0
+        for session in sessions:
+            base = session_base(self.prefix, session)
+            n += int(
+                await self._reap_script(
+                    keys=[f"{base}:s"],
+                    args=[base, session, token, reason, int(self.session_ttl)],
+                )
+            )
+        await self._batch([("SREM", f"{g}:lost", token), ("DEL", f"{g}:wsess:{token}")])
+        return n
+
+    async def _batch(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Run commands on the shared slot: pipelined on a standalone Redis, one by one on
+        a cluster (where each command finds a promoted master after a failover)."""
+        if self.cluster:
+            return [await self._redis.execute_command(*command) for command in commands]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
 
     # -- approvals (arbitrated by toolstream.redis._approvals) ---------------------------
 
@@ -595,16 +710,13 @@ class RedisBus:
 
     def _parse_state(self, raw: Sequence[Any]) -> SessionState:
         view = LiveView(max_finished=self._max_finished, compare=self.compare)
-        return parse_state(raw, view)
+        return parse_state(raw, view, self.epoch)
 
     async def _read_state(self, session: str, upto: str = "+") -> SessionState:
-        raw = await self._state_script(args=[self.prefix, session, upto])
-        state = self._parse_state(raw)
-        if state.epoch != self.epoch:
-            epoch = await self._ensure_epoch() if not state.epoch else state.epoch
-            self._set_epoch(epoch)
-            state = attrs.evolve(state, epoch=epoch)
-        return state
+        await self._connected()
+        base = session_base(self.prefix, session)
+        raw = await self._state_script(keys=[f"{base}:s"], args=[base, upto])
+        return self._parse_state(raw)
 
     async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand, read from Redis plus
@@ -619,8 +731,11 @@ class RedisBus:
         Blocks for one round trip to Redis (the Bus protocol makes this call
         synchronous); in async code prefer ``await bus.fetch_snapshot(session)``.
         """
+        base = session_base(self.prefix, session)
         try:
-            raw = self._sync_state(args=[self.prefix, session, "+"])
+            raw = self._sync_run(
+                lambda client: self._sync_state(keys=[f"{base}:s"], args=[base, "+"], client=client)
+            )
         except NETWORK_ERRORS as exc:
             raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
         return self._snapshot_of(session, self._parse_state(cast(Sequence[Any], raw)), run)
@@ -634,8 +749,24 @@ class RedisBus:
                 view.apply(ev)
         return bound_snapshot(view.snapshot(run_id=run), self.reset_bytes)
 
-    def _reader(self) -> aredis.Redis:
-        """A client with one connection of its own, for one subscription's blocking reads."""
+    async def _connected(self) -> None:
+        """On a cluster, learn the topology once before any command that may be cancelled
+        (a cancel in the middle of redis-py's first discovery would leak its nodes)."""
+        if not self.cluster:
+            return
+        task = self._discovery
+        if task is None or (task.done() and (task.cancelled() or task.exception())):
+            task = self._discovery = asyncio.get_running_loop().create_task(
+                self._redis.initialize()
+            )
+        await asyncio.shield(task)
+
+    def _reader(self) -> Any:
+        """A client for one subscription's blocking reads: one connection of its own on a
+        standalone Redis; on a cluster the bus's client (its per-node pools give each
+        blocking read a connection, and it follows failovers for everyone)."""
+        if self.cluster:
+            return self._redis
         return aredis.Redis.from_url(self.url, single_connection_client=True, **self._options)
 
     def subscribe(

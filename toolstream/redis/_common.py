@@ -29,6 +29,8 @@ logger = logging.getLogger("toolstream.redis")
 __all__ = [
     "NETWORK_ERRORS",
     "SessionState",
+    "global_base",
+    "session_base",
     "parse_state",
     "decode_entry",
     "AsyncScript",
@@ -47,8 +49,30 @@ __all__ = [
 #: same order, and the ``"<epoch>-<number>"`` shape every client already parses.
 SCALE = 1_000_000
 NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
-#: The connection errors plus a Redis that is up but still loading its data.
-RETRYABLE = (*NETWORK_ERRORS, redis.BusyLoadingError)
+#: The connection errors plus a Redis that is up but still loading its data, and a
+#: cluster between a master's loss and its replica's promotion (or a client talking to
+#: a demoted master).
+RETRYABLE = (
+    *NETWORK_ERRORS,
+    redis.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,  # slots not covered yet, topology refresh
+)
+
+
+def session_base(prefix: str, session: str) -> str:
+    """The base of a session's keys, ``{prefix:session}``: its braces put every key of
+    the session in one hash slot (a Redis Cluster runs each script on one slot)."""
+    return "{" + prefix + ":" + session + "}"
+
+
+def global_base(prefix: str) -> str:
+    """The base of the keys shared by all sessions (epoch, leases): ``{prefix}``."""
+    return "{" + prefix + "}"
 
 
 def entry_seq(entry: str) -> int:
@@ -109,10 +133,10 @@ def decode_entry(epoch: str, entry: str, fields: Any) -> Event | None:
         return None
 
 
-def parse_state(raw: Sequence[Any], view: LiveView) -> SessionState:
+def parse_state(raw: Sequence[Any], view: LiveView, epoch: str) -> SessionState:
     """The READ_STATE script's reply; ``view`` (empty) becomes the state at the
-    checkpoint."""
-    epoch, last, maxdel, ck_id, ck_state, entries = raw
+    checkpoint; ids carry ``epoch``."""
+    incarnation, last, maxdel, ck_id, ck_state, entries = raw
     floor = entry_seq(maxdel)
     if ck_id:
         floor = max(floor, entry_seq(ck_id))
@@ -125,4 +149,4 @@ def parse_state(raw: Sequence[Any], view: LiveView) -> SessionState:
         event = decode_entry(epoch, entry, fields)
         if event is not None:
             events.append((entry_seq(entry), event))
-    return SessionState(epoch or "", entry_seq(last), floor, view, events)
+    return SessionState(epoch, entry_seq(last), floor, view, events, incarnation or "")

@@ -21,6 +21,7 @@ from ._common import (
     entry_seq,
     redact_url,
     seq_entry,
+    session_base,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class RedisSubscription(FedSubscription[E_co]):
         self._barrier = barrier
         self._entry = "0-0"
         self._epoch = bus.epoch
+        self._incarnation = ""
         #: Reconnections to Redis this subscription made (a restart, a dropped link).
         self.reconnects = 0
 
@@ -76,6 +78,7 @@ class RedisSubscription(FedSubscription[E_co]):
             f"Redis at {redact_url(bus.url)}",
         )
         self._epoch = state.epoch
+        self._incarnation = state.incarnation
         self._entry = seq_entry(state.last)
         return BrokerStart(
             epoch=state.epoch,
@@ -89,9 +92,10 @@ class RedisSubscription(FedSubscription[E_co]):
         each (entries, the keyspace's epoch and the checkpoint together, so a gap left
         by trimming is always noticed); block in XREAD only to wait for news."""
         bus = self._rbus
-        key = f"{bus.prefix}:s:{self.session}"
+        base = session_base(bus.prefix, self.session or "")
+        key = f"{base}:s"
         count = max(1, min(512, bus.replay // 2))
-        args: list[Any] = [bus.prefix, self.session or "", "", count]
+        args: list[Any] = [base, "", count]
         client: aredis.Redis | None = None
         delay = 0.05
         wait = False
@@ -102,16 +106,26 @@ class RedisSubscription(FedSubscription[E_co]):
                         client = bus._reader()
                     if wait:
                         await client.xread({key: self._entry}, count=1, block=5000)
-                    args[2] = self._entry
-                    reply: Any = await bus._after_script(args=args, client=client)
-                    if reply[0] != self._epoch:
+                    args[1] = self._entry
+                    reply: Any = await bus._after_script(keys=[key], args=args, client=client)
+                    incarnation = reply[0]
+                    if incarnation and incarnation != self._incarnation:
+                        if self._incarnation:
+                            # The session's data is gone (a master lost it, Redis came
+                            # back empty, or it expired) and it was written again.
+                            await self._epoch_lost()
+                            wait = False
+                            continue
+                        self._incarnation = incarnation  # its first write
+                    if bus.epoch != self._epoch:
                         await self._epoch_lost()
                         wait = False
                         continue
                     delay = 0.05
                 except RETRYABLE as exc:
                     if client is not None:
-                        await close_quietly(client)
+                        if client is not bus._redis:
+                            await close_quietly(client)
                         client = None
                         self.reconnects += 1
                         logger.info("subscription to %s lost Redis (%s), reconnecting", key, exc)
@@ -137,7 +151,7 @@ class RedisSubscription(FedSubscription[E_co]):
                 if not self._append(events):
                     return
         finally:
-            if client is not None:
+            if client is not None and client is not bus._redis:
                 await close_quietly(client)
 
     async def _epoch_lost(self) -> None:
@@ -145,6 +159,7 @@ class RedisSubscription(FedSubscription[E_co]):
         bus = self._rbus
         await bus._ensure_epoch()
         state = await bus._read_state(self.session or "")
+        self._incarnation = state.incarnation
         top = state.last
         reset = StreamReset(
             id=make_id(state.epoch, top),
