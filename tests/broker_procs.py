@@ -20,12 +20,15 @@ from toolstream.sse import SSEApp
 
 
 def open_bus(url: str, prefix: str) -> Any:
-    """The broker bus ``url`` names, with a one-second lease."""
+    """The broker bus ``url`` names, with a one-second lease (fifteen on a cluster)."""
     if url.startswith("nats://"):
         from toolstream.nats import NatsBus
 
-        replicas = 3 if url.count(",") == 2 else 1
-        return NatsBus(url.split(","), prefix=prefix, lease=1.0, replicas=replicas)
+        if url.count(",") == 2:
+            # A JetStream cluster takes 5-10 s to elect new leaders after losing a
+            # server: a lease shorter than that gets live workers reaped.
+            return NatsBus(url.split(","), prefix=prefix, lease=15.0, replicas=3)
+        return NatsBus(url, prefix=prefix, lease=1.0)
     from toolstream.redis import RedisBus
 
     return RedisBus(url, prefix=prefix, lease=1.0)
@@ -75,6 +78,11 @@ def gateway(url: str, prefix: str, port: int) -> None:
 
 
 if __name__ == "__main__":
+    import logging
+    import os
+
+    if os.environ.get("TOOLSTREAM_DEBUG_PROCS"):  # for a person chasing a failure
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {sys.argv[1]} %(message)s")
     role, *args = sys.argv[1:]
     if role == "worker":
         asyncio.run(worker(args[0], args[1], args[2], int(args[3]), float(args[4])))

@@ -85,3 +85,14 @@ async def eventually(condition: Callable[[], bool], *, within: float = 5.0) -> N
     with anyio.fail_after(within):
         while not condition():  # noqa: ASYNC110 - the state changes in the server's thread
             await anyio.sleep(0.005)
+
+
+async def take(sub: Any, count: int, within: float = 10.0) -> list[Any]:
+    """The next ``count`` events of a subscription (``TimeoutError`` after ``within`` s)."""
+    out: list[Any] = []
+    with anyio.fail_after(within):
+        async for event in sub:
+            out.append(event)
+            if len(out) >= count:
+                break
+    return out

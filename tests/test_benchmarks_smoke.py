@@ -101,3 +101,14 @@ def test_otel_benchmark_runs_and_reports() -> None:
     results = bench_otel.run(quick=True)
     assert results["us_per_call"]["spans"] > 0
     assert "OpenTelemetry spans" in bench_otel.report(results)
+
+
+def test_nats_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_nats
+    from tests.nats_server import require_nats
+
+    require_nats()
+    results = bench_nats.run(quick=True)
+    assert results["throughput_ratio"] > 0
+    assert results["cluster_latency"]["p50_ms"] > 0
+    assert "raw nats-py" in bench_nats.report(results)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_example_runs(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server = None
+    server: Any = None
     if "TOOLSTREAM_REDIS_URL" in code:  # the example talks to a Redis of its own
         from tests.redis_server import RedisServer, require_redis
 
@@ -42,6 +43,20 @@ def test_example_runs(
         server = RedisServer(tmp_path)
         server.start(persist=False)
         monkeypatch.setenv("TOOLSTREAM_REDIS_URL", server.url)
+    elif "TOOLSTREAM_REDIS_CLUSTER_URL" in code:  # ... a Redis Cluster of its own
+        from tests.redis_server import RedisClusterServers, require_redis
+
+        require_redis()
+        server = RedisClusterServers(tmp_path)
+        server.start()
+        monkeypatch.setenv("TOOLSTREAM_REDIS_CLUSTER_URL", server.url)
+    elif "TOOLSTREAM_NATS_URL" in code:  # ... a nats-server -js of its own
+        from tests.nats_server import NatsServer, require_nats
+
+        require_nats()
+        server = NatsServer(tmp_path)
+        server.start()
+        monkeypatch.setenv("TOOLSTREAM_NATS_URL", server.url)
     try:
         _run(page, index, code)
     finally:

@@ -14,6 +14,7 @@ import pytest
 
 import toolstream as ts
 from tests.nats_server import NatsServer, require_nats
+from tests.servers import take
 from toolstream.testing import BusFactory, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,16 +56,6 @@ async def test_nats_bus_conforms(
     nats_server: NatsServer, check: Callable[[BusFactory], Awaitable[None]]
 ) -> None:
     await check(bus_factory(nats_server))
-
-
-async def take(sub: ts.Subscription[Any], count: int, within: float = 10.0) -> list[ts.Event]:
-    out: list[ts.Event] = []
-    with anyio.fail_after(within):
-        async for event in sub:
-            out.append(event)
-            if len(out) >= count:
-                break
-    return out
 
 
 @pytest.fixture
@@ -446,3 +437,52 @@ async def test_two_buses_deciding_at_once_have_one_winner(nats_server: NatsServe
             assert losses[0].resolution.id == wins[0].id
             decision = await agent_bus.decision(session, approval_id)
             assert decision is not None and decision.by == wins[0].by
+
+
+@pytest.mark.nats_cluster
+async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_path: Any) -> None:
+    """Three servers, an R3 stream. The writer and a second reader are connected to the
+    servers that stay; a first reader only to the one that is SIGKILLed mid-stream. Every
+    event the writer flushed (acknowledged by a quorum) is kept; the first reader's
+    client resumes on the second with its last id and gets the rest exactly once."""
+    from tests.nats_server import NatsCluster
+    from toolstream.nats import NatsBus
+
+    require_nats()
+    cluster = NatsCluster(tmp_path)
+    cluster.start()
+    doomed, *kept = cluster.servers
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    writer = NatsBus([s.url for s in kept], prefix=prefix, replicas=3, lease=30.0)
+    first = NatsBus(doomed.url, prefix=prefix, replicas=3, lease=30.0, connect_timeout=2.0)
+    second = NatsBus(
+        [s.url for s in kept], prefix=prefix, replicas=3, lease=30.0, connect_timeout=20.0
+    )
+    try:
+        await writer.start()
+        published = [
+            writer.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(100)
+        ]
+        await writer.flush(timeout=30)
+        seen: list[ts.Event] = []
+        async with first.subscribe(session="s", after=f"{writer.epoch}-0") as sub:
+            seen += await take(sub, 60, within=20)
+        doomed.stop(kill=True)
+        for i in range(100, 200):
+            published.append(
+                writer.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            )
+        await writer.flush(timeout=60)
+        async with second.subscribe(session="s", after=seen[-1].id) as sub:
+            seen += await take(sub, 140, within=60)
+        assert [getattr(e, "current", None) for e in seen] == list(range(200))
+        seqs = [int(e.id.rpartition("-")[2]) for e in seen]
+        assert seqs == sorted(set(seqs)), "in order, nothing twice"
+        snap = await second.fetch_snapshot("s")
+        assert [c.call_id for c in snap.calls] == ["c"]
+        assert writer.stats.dropped == 0
+    finally:
+        for bus in (writer, first, second):
+            await bus.aclose(timeout=2)
+        cluster.stop()

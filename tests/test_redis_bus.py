@@ -13,7 +13,7 @@ import redis
 
 import toolstream as ts
 from tests.redis_server import RedisServer, require_redis
-from tests.servers import eventually
+from tests.servers import eventually, take
 from toolstream.redis import RedisBus
 from toolstream.testing import BusFactory, assert_lifecycle, bus_conformance_checks
 
@@ -56,16 +56,6 @@ def make_bus(server: RedisServer, **options: Any) -> RedisBus:
 
 def raw(server: RedisServer) -> redis.Redis:
     return redis.Redis.from_url(server.url, decode_responses=True)
-
-
-async def take(sub: ts.Subscription[Any], count: int, within: float = 10.0) -> list[ts.Event]:
-    out: list[ts.Event] = []
-    with anyio.fail_after(within):
-        async for event in sub:
-            out.append(event)
-            if len(out) >= count:
-                break
-    return out
 
 
 def test_trio_is_refused(redis_server: RedisServer) -> None:

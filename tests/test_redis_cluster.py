@@ -15,6 +15,7 @@ import pytest
 
 import toolstream as ts
 from tests.redis_server import RedisClusterServers, require_redis
+from tests.servers import take
 from toolstream.redis import RedisBus
 from toolstream.testing import BusFactory, bus_conformance_checks
 
@@ -36,16 +37,6 @@ pytestmark = [
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # redis-py has no trio support
-
-
-async def take(sub: ts.Subscription[Any], count: int, within: float = 10.0) -> list[ts.Event]:
-    out: list[ts.Event] = []
-    with anyio.fail_after(within):
-        async for event in sub:
-            out.append(event)
-            if len(out) >= count:
-                break
-    return out
 
 
 @pytest.fixture(scope="module")

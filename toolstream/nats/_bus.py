@@ -29,7 +29,7 @@ import attrs
 from typing_extensions import Self
 
 from toolstream._core.approvals import Decision, check_decision
-from toolstream._core.broker import SessionState, stop_task
+from toolstream._core.broker import SessionState, retry_until, stop_task
 from toolstream._core.build import prepare
 from toolstream._core.codec import from_dict, to_dict
 from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
@@ -472,11 +472,15 @@ class NatsBus:
         return epoch
 
     async def kv(self, bucket: str) -> KeyValue:
-        """One of this bus's KV buckets on the main connection."""
+        """One of this bus's KV buckets on the main connection. Construction made sure
+        they exist: no stream-info request here (it needs the cluster's meta leader,
+        which a cluster that lost a server may be electing for many seconds)."""
         kv = self._kv.get(bucket)
         if kv is None:
             js = await self._ready()
-            kv = self._kv[bucket] = await self._bucket(js, bucket)
+            kv = self._kv[bucket] = KeyValue(
+                name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False
+            )
         return kv
 
     # -- state -------------------------------------------------------------------------
@@ -563,6 +567,9 @@ class NatsBus:
         finally:
             for task in tasks:
                 await stop_task(task)
+            # The connection belongs to this task: a bus started again (another loop, or
+            # after its tasks were stopped) makes a new one.
+            await asyncio.shield(nc.close())
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -714,6 +721,7 @@ class NatsBus:
             pipeline = self._pipeline
             assert pipeline is not None
             try:
+                previous = ""
                 for k, (subject, blob, eid) in enumerate(payloads[i:]):
                     msg_id = f"{self.token}:{eid}"
                     self._asked[msg_id] = start + k
@@ -721,6 +729,12 @@ class NatsBus:
                         "Nats-Msg-Id": msg_id,
                         "Nats-Expected-Last-Sequence": str(start + k - 1),
                     }
+                    if previous:
+                        # And the message before it is ours: had it failed while another
+                        # writer's message took its sequence, this one must fail too,
+                        # or it would be stored before its predecessor's retry.
+                        headers["Nats-Expected-Last-Msg-Id"] = previous
+                    previous = msg_id
                     futures.append(await pipeline.send(subject, blob, headers))
                 results = await asyncio.wait_for(
                     asyncio.gather(*futures, return_exceptions=True), self.connect_timeout
@@ -889,8 +903,15 @@ class NatsBus:
         while True:
             await asyncio.sleep(every)
             try:
-                if self._registered_rev:
-                    await self._register()
+                if self._registered_rev or self.reap:
+                    # A reaper holds a lease entry too, and judges others only right
+                    # after writing its own: while the bucket cannot be written (a
+                    # leader election), nobody's silence means anything.
+                    try:
+                        await self._register()
+                    except BaseException:
+                        self._seen.clear()
+                        raise
                 if self.reap:
                     await self.reap_lost()
                     if time.monotonic() >= self._janitor_at:
@@ -909,10 +930,7 @@ class NatsBus:
         process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
         seconds on its own when ``reap=True``."""
         kv = await self.kv(self.names.writers)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            keys = []
+        keys = await self._writer_keys()
         now = time.monotonic()
         if now - self._reaped_at > self.lease:
             # This process could not watch for a while (NATS away, a failover, a stall):
@@ -951,6 +969,15 @@ class NatsBus:
             total += n
         self._stats.reaped += total
         return total
+
+    async def _writer_keys(self) -> list[str]:
+        """The writers' entries, listed with one stream-info request (no consumer per
+        pass, as ``KeyValue.keys()`` would create)."""
+        js = await self._ready()
+        bucket = self.names.writers
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
+        prefix = f"$KV.{bucket}."
+        return [subject[len(prefix) :] for subject in (info.state.subjects or {})]
 
     async def _close_open(self, opened: dict[str, Any], reason: str) -> int:
         """Close the calls and runs in ``opened`` that are still open in their session."""
@@ -1130,9 +1157,14 @@ class NatsBus:
             ack_policy=js_api.AckPolicy.NONE,
             inactive_threshold=30.0,
             mem_storage=True,
-            num_replicas=1,
+            num_replicas=0,  # the stream's replicas: a consumer survives a lost server
         )
-        info = await js.add_consumer(self.names.stream, config)
+        try:
+            info = await js.add_consumer(self.names.stream, config, timeout=2.0)
+        except RETRYABLE:
+            # No consumer now (a cluster electing its meta leader after losing a server
+            # can take many seconds): read message by message from any replica.
+            return await self.read_direct(js, subject, first, last)
         out: list[tuple[int, Event]] = []
         try:
             sub = await js.pull_subscribe_bind(info.name, stream=self.names.stream)
@@ -1162,11 +1194,40 @@ class NatsBus:
                 pass  # it goes on its own after its inactive threshold
         return out
 
+    async def read_direct(
+        self, js: JetStreamContext, subject: str, first: int, last: int | None
+    ) -> list[tuple[int, Event]]:
+        """The session's messages from ``first`` (to ``last``, or all there are), one
+        direct get each: no consumer, served by any replica."""
+        out: list[tuple[int, Event]] = []
+        seq = first
+        while last is None or seq <= last:
+            try:
+                msg = await js.get_msg(
+                    self.names.stream, seq=seq, subject=subject, next=True, direct=True
+                )
+            except nats.js.errors.NotFoundError:
+                break
+            at = int(msg.seq or 0)
+            if at < seq or (last is not None and at > last):
+                break
+            ev = decode_message(self.epoch, at, msg.data or b"")
+            if ev is not None:
+                out.append((at, ev))
+            seq = at + 1
+        return out
+
     async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand, read from NATS plus this
         process's events not yet written (the async form of :meth:`snapshot`)."""
         _require_asyncio("fetch_snapshot()")
-        return self._snapshot_of(session, await self._read_state(session), run)
+        state = await retry_until(
+            lambda: self._read_state(session),
+            RETRYABLE,
+            time.monotonic() + self.connect_timeout,
+            f"NATS at {self._where}",
+        )
+        return self._snapshot_of(session, state, run)
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand now.

@@ -107,14 +107,29 @@ class NatsSubscription(FedSubscription[E_co]):
                         self.reconnects += 1
                     if sub is None:
                         generation = bus._generation
-                        name, sub = await self._consumer(js, subject)
+                        try:
+                            name, sub = await self._consumer(js, subject)
+                        except RETRYABLE:
+                            # No consumer now (a cluster electing its meta leader):
+                            # read what there is message by message, then try again.
+                            direct = await bus.read_direct(js, subject, self._seq + 1, None)
+                            if direct:
+                                self._seq = direct[-1][0]
+                                if not self._append([ev for _, ev in direct]):
+                                    return
+                            else:
+                                await asyncio.sleep(0.2)
+                            continue
                     msgs = await self._fetch(sub, count)
                     if msgs is None:
                         idle += 1
-                        if idle % 3 == 0:
-                            # Quiet for a while, or the consumer is gone (a failover
-                            # elsewhere in a cluster): ask.
-                            await js.consumer_info(bus.names.stream, name)
+                        if idle % 2 == 0 and await self._behind(js, subject):
+                            # Quiet, yet the session has news: the consumer is gone or
+                            # stuck (a leader moved in a cluster). Make it again.
+                            logger.info("subscription to %s: consumer stalled", subject)
+                            await self._drop(sub, name)
+                            sub = None
+                            self.reconnects += 1
                         continue
                     idle = 0
                     delay = 0.05
@@ -124,6 +139,8 @@ class NatsSubscription(FedSubscription[E_co]):
                         sub = None
                         self.reconnects += 1
                         logger.info("subscription to %s lost its consumer (%r)", subject, exc)
+                    else:
+                        logger.info("subscription to %s cannot read yet (%r)", subject, exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
                     continue
@@ -159,7 +176,9 @@ class NatsSubscription(FedSubscription[E_co]):
         fetch = asyncio.ensure_future(sub.fetch(count, timeout=5.0))
         again = asyncio.ensure_future(self._nbus._reconnected.wait())
         try:
-            await asyncio.wait((fetch, again), return_when=asyncio.FIRST_COMPLETED)
+            # Bounded on our side too: a pull request lost in a failover may never be
+            # answered, and the library's own timeout has been seen not to fire then.
+            await asyncio.wait((fetch, again), timeout=7.0, return_when=asyncio.FIRST_COMPLETED)
         finally:
             again.cancel()
             if not fetch.done():
@@ -171,6 +190,14 @@ class NatsSubscription(FedSubscription[E_co]):
         except (nats.errors.TimeoutError, TimeoutError):
             return None
 
+    async def _behind(self, js: Any, subject: str) -> bool:
+        """Whether the session has a message past this reader's cursor."""
+        try:
+            last = await js.get_msg(self._nbus.names.stream, subject=subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            return False
+        return int(last.seq or 0) > self._seq
+
     async def _consumer(self, js: Any, subject: str) -> tuple[str, Any]:
         bus = self._nbus
         config = js_api.ConsumerConfig(
@@ -180,17 +207,17 @@ class NatsSubscription(FedSubscription[E_co]):
             ack_policy=js_api.AckPolicy.NONE,
             inactive_threshold=max(30.0, bus.lease * 3),
             mem_storage=True,
-            num_replicas=1,
+            num_replicas=0,  # the stream's replicas: a consumer survives a lost server
         )
-        info = await js.add_consumer(bus.names.stream, config)
+        info = await js.add_consumer(bus.names.stream, config, timeout=2.0)
         sub = await js.pull_subscribe_bind(info.name, stream=bus.names.stream)
         return info.name, sub
 
     async def _drop(self, sub: Any, name: str) -> None:
         bus = self._nbus
         try:
-            await sub.unsubscribe()
-        except NATS_ERRORS:
+            await asyncio.wait_for(sub.unsubscribe(), 1.0)
+        except (*NATS_ERRORS, TimeoutError):  # type: ignore[misc]
             pass
         js = bus._js
         if js is not None and not bus._closed:

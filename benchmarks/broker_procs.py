@@ -1,6 +1,9 @@
-"""Processes for the RedisBus benchmark: ``python -m benchmarks.redis_procs KIND PORT ...``.
+"""Processes for the broker-bus benchmarks: ``python -m benchmarks.broker_procs KIND PORT ...``.
 
-- ``gateway PORT URL PREFIX``: SSEApp on a RedisBus, under uvicorn.
+``URL`` picks the bus: ``redis://`` a RedisBus (a cluster is detected), ``nats://`` a
+NatsBus (comma-separated: the servers of a cluster, with three replicas).
+
+- ``gateway PORT URL PREFIX``: SSEApp on the bus, under uvicorn.
 - ``publisher PORT URL PREFIX EVENTS RATE``: waits for a second connection on PORT
   (the go signal), then publishes EVENTS progress events at RATE per second through a Tracker.
 """
@@ -11,16 +14,28 @@ import asyncio
 import socket
 import sys
 import time
+from typing import Any
 
 import uvicorn
 
 import toolstream as ts
-from toolstream.redis import RedisBus
 from toolstream.sse import SSEApp
 
 
+def open_bus(url: str, prefix: str) -> Any:
+    """The broker bus ``url`` names."""
+    if url.startswith("nats://"):
+        from toolstream.nats import NatsBus
+
+        servers = url.split(",")
+        return NatsBus(servers, prefix=prefix, replicas=3 if len(servers) == 3 else 1)
+    from toolstream.redis import RedisBus
+
+    return RedisBus(url, prefix=prefix)
+
+
 def gateway(port: int, url: str, prefix: str) -> None:
-    app = SSEApp(RedisBus(url, prefix=prefix), heartbeat=5.0)
+    app = SSEApp(open_bus(url, prefix), heartbeat=5.0)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
 
 
@@ -31,7 +46,7 @@ async def publisher(port: int, url: str, prefix: str, events: int, rate: float) 
     for _ in range(2):  # the first connection is start_server's probe; the second: go
         conn, _ = await loop.sock_accept(listener)
         conn.close()
-    async with RedisBus(url, prefix=prefix) as bus:
+    async with open_bus(url, prefix) as bus:
         tracker = ts.Tracker(bus, session="bench")
         call = tracker.create("bench", call_id="c")
         call.start()
