@@ -125,6 +125,7 @@ class RedisClusterBroker(RedisBroker):
         victim.stop(kill=True)
 
     async def stored(self, prefix: str, session: str) -> list[str]:
+        await anyio.to_thread.run_sync(self.cluster.wait_ok)  # the failover is over
         key = f"{{{prefix}:{session}}}:s"
         r = redis.Redis(port=self.cluster.owner(key).port, decode_responses=True)
         try:

@@ -262,6 +262,11 @@ class NatsArbiter:
             except (ApprovalAlreadyResolved, ApprovalExpired):
                 pass
             record, _ = await self._entry(session, approval_id)
+        if record.get("rid") is None and not record.get("mine"):
+            # Decided, but the decider has not appended the resolution yet: the tool
+            # must not go on before it is in the stream (its own events would come
+            # first). Wait for it — or append it, if the decider went away.
+            await self._resolution(session, approval_id)
         dec = record.get("dec") or {}
         args = dec.get("args")
         return Decision(

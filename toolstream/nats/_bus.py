@@ -63,9 +63,9 @@ from toolstream._core.wake import current_backend
 
 from ._approvals import NatsArbiter, event_json
 from ._common import (
+    EXPECTATION_FAILED,
     NATS_ERRORS,
     RETRYABLE,
-    WRONG_LAST_SEQUENCE,
     JetStreamContext,
     KeyValue,
     NatsClient,
@@ -759,7 +759,7 @@ class NatsBus:
                 i += 1
             if failure is None:
                 continue
-            if api_code(failure) == WRONG_LAST_SEQUENCE:
+            if api_code(failure) in EXPECTATION_FAILED:
                 # Another writer's message took the sequence (or one of ours did not
                 # land before this one): ask the stream where it stands and go on.
                 self._next = 0

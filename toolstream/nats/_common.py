@@ -63,8 +63,12 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 #: Anything the client library raises (a retryable error, or one from the server).
 NATS_ERRORS: tuple[type[BaseException], ...] = (*RETRYABLE, nats.errors.Error)
 
-#: JetStream's error code for a failed ``Nats-Expected-Last-Sequence``.
+#: JetStream's error codes for a failed ``Nats-Expected-Last-Sequence`` and a failed
+#: ``Nats-Expected-Last-Msg-Id``: another writer came first (or our predecessor did not
+#: land): ask the stream where it stands and go on.
 WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_MSG_ID = 10070
+EXPECTATION_FAILED = (WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID)
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
