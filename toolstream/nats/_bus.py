@@ -16,7 +16,6 @@ docs/decisions.md records each mapping.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import secrets
@@ -31,34 +30,20 @@ from typing_extensions import Self
 from toolstream._core.approvals import Decision, check_decision
 from toolstream._core.broker import SessionState, retry_until, stop_task
 from toolstream._core.build import prepare
-from toolstream._core.codec import from_dict, to_dict
-from toolstream._core.errors import BusClosed, BusUnavailable, EventDecodeError
+from toolstream._core.errors import BusClosed, BusUnavailable
 from toolstream._core.events import (
     ApprovalRequested,
     ApprovalResolved,
-    ErrorInfo,
     Event,
-    RunFinished,
-    RunStarted,
     Snapshot,
-    StreamReset,
-    ToolCancelled,
-    ToolCompleted,
-    ToolCreated,
-    ToolDenied,
-    ToolFailed,
-    ToolQueued,
-    ToolReady,
-    ToolStarted,
 )
-from toolstream._core.ids import compare_ids, make_id
+from toolstream._core.ids import compare_ids
 from toolstream._core.jsonenc import dumps
 from toolstream._core.outbox import CheckpointMarks, Outbox, OutboxOverflow, Refused
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
 from toolstream._core.start import Overflow, StartRequest, resume_request, subscribe_request
 from toolstream._core.subscription import FeederStats
-from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 
 from ._approvals import NatsArbiter, event_json
@@ -68,15 +53,16 @@ from ._common import (
     RETRYABLE,
     JetStreamContext,
     KeyValue,
+    Names,
     NatsClient,
     Pipeline,
     api_code,
-    decode_message,
+    epoch_of,
     js_api,
     nats,
-    session_token,
-    token_session,
 )
+from ._leases import NatsLeases
+from ._reading import NatsReader
 from ._subscription import NatsSubscription
 
 logger = logging.getLogger("toolstream.nats")
@@ -86,8 +72,6 @@ __all__ = ["NatsBus", "NatsBusStats"]
 E = TypeVar("E", bound=Event)
 T = TypeVar("T")
 
-_OPENS = (ToolCreated, ToolReady, ToolQueued, ToolStarted)
-_ENDS = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
@@ -125,65 +109,6 @@ class NatsBusStats:
     coalesced: int = 0
     #: Resets delivered because a cursor could not be served.
     resets: int = 0
-
-
-@attrs.frozen
-class _Names:
-    """The stream, subjects and buckets of one ``prefix``."""
-
-    prefix: str
-
-    @property
-    def stream(self) -> str:
-        return self.prefix
-
-    def subject(self, session: str) -> str:
-        return f"{self.prefix}.{session_token(session)}"
-
-    @property
-    def subjects(self) -> str:
-        return f"{self.prefix}.*"
-
-    @property
-    def checkpoints(self) -> str:
-        return f"{self.prefix}_ck"
-
-    @property
-    def approvals(self) -> str:
-        return f"{self.prefix}_ap"
-
-    @property
-    def writers(self) -> str:
-        return f"{self.prefix}_w"
-
-
-def _epoch_of(info: Any) -> str:
-    """The epoch of a stream: its creation time in microseconds, base 36 (a stream
-    deleted and created again, or a server that lost its store, has another)."""
-    created = info.created
-    if created is None:  # pragma: no cover - every 2.9+ server sends it
-        raise BusUnavailable("the NATS server did not say when the stream was created")
-    n = int(created.timestamp() * 1_000_000)
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while n:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-    return "n" + (out or "0")
-
-
-class _Opened:
-    """What this writer left open (closed by a reaper if it is lost), as registered."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[str, str], tuple[str, str]] = {}  # (session, call) -> tool, run
-        self.runs: set[tuple[str, str]] = set()
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "c": [[s, c, t, r] for (s, c), (t, r) in self.calls.items()],
-            "r": [[s, r] for s, r in self.runs],
-        }
 
 
 class NatsBus:
@@ -255,7 +180,7 @@ class NatsBus:
             raise ValueError(f"batch must be at least 1, got {batch}")
         self.servers = servers
         self.prefix = prefix
-        self.names = _Names(prefix)
+        self.names = Names(prefix)
         self.replicas = replicas
         self.replay = replay
         self.session_ttl = session_ttl
@@ -294,14 +219,6 @@ class NatsBus:
         # writing
         self._next = 0  # the sequence the flusher asks for next (0: ask the stream)
         self._asked: dict[str, int] = {}  # message id -> sequence it asked for, unsettled
-        self._opened = _Opened()
-        self._registered_rev = 0  # our lease entry's revision (0: none yet)
-        self._renewed = 0.0  # monotonic time of the last successful lease write
-        self._fenced: set[tuple[str, str, str]] = set()  # ("c"/"r", session, id)
-        self._gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
-        self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
-        self._janitor_at = 0.0
-        self._reaped_at = 0.0  # monotonic time of the last reaper pass
         try:
             epoch, last = self._in_thread(self._setup)
         except BusUnavailable:
@@ -312,6 +229,8 @@ class NatsBus:
         self.epoch = epoch
         self._last = last  # the newest sequence predicted here
         self._arbiter = NatsArbiter(self)
+        self._leases = NatsLeases(self)
+        self._reader = NatsReader(self)
 
     @property
     def _where(self) -> str:
@@ -411,7 +330,7 @@ class NatsBus:
                 ) from exc
         for bucket in (names.checkpoints, names.approvals, names.writers):
             await self._bucket(js, bucket)
-        return _epoch_of(info), info.state.last_seq
+        return epoch_of(info), info.state.last_seq
 
     async def _bucket(self, js: JetStreamContext, bucket: str) -> KeyValue:
         try:
@@ -455,7 +374,7 @@ class NatsBus:
             epoch, last = await self._create(js)
             self._kv.clear()
         else:
-            epoch, last = _epoch_of(info), info.state.last_seq
+            epoch, last = epoch_of(info), info.state.last_seq
         self._epoch_stale = False
         if epoch != self.epoch:
             logger.warning(
@@ -560,7 +479,7 @@ class NatsBus:
         flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
         tasks = [
             loop.create_task(flusher, name="toolstream-nats-flusher"),
-            loop.create_task(self._leases(), name="toolstream-nats-leases"),
+            loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
         ]
         try:
             await asyncio.gather(*tasks)
@@ -600,9 +519,9 @@ class NatsBus:
             sub.close()
         for sub in subs:
             await sub.aclose()
-        if here and self._registered_rev:
+        if here and self._leases.registered:
             try:
-                await asyncio.wait_for(self._stop_writing(), wait)
+                await asyncio.wait_for(self._leases.stop_writing(), wait)
             except Exception as exc:
                 logger.warning("could not give up the lease: %s", exc)
         for task in self._tasks:
@@ -655,10 +574,10 @@ class NatsBus:
         """Write one batch: register what it opens (the lease, compare-and-swap), drop
         what is fenced, then publish each event at the sequence it asks for."""
         js = await self._ready()
-        await self._guard(batch)
+        await self._leases.guard(batch)
         wanted: list[Event] = []
         for ev in batch:
-            if self._is_fenced(ev):
+            if self._leases.is_fenced(ev):
                 self._stats.fenced += 1
                 logger.warning(
                     "dropped %s of call %s (session %s): the call was closed elsewhere",
@@ -673,12 +592,12 @@ class NatsBus:
                 self._stats.fenced += 1
                 continue
             wanted.append(ev)
-        if await self._denied(wanted):
-            wanted = [ev for ev in wanted if not self._is_fenced(ev)]
+        if await self._leases.denied(wanted):
+            wanted = [ev for ev in wanted if not self._leases.is_fenced(ev)]
         seqs = await self._publish_all(js, wanted)
         due: dict[str, int] = {}
         for ev, seq in zip(wanted, seqs, strict=True):
-            self._track(ev)
+            self._leases.track(ev)
             self._marks.add(ev.session, seq, due)
             if isinstance(ev, ApprovalResolved):
                 await self._arbiter.written(ev, seq)
@@ -688,7 +607,7 @@ class NatsBus:
             self._last = max(self._last, self._next - 1 + len(self._outbox) - len(batch))
         for session, seq in due.items():
             try:
-                await self._checkpoint(session, seq)
+                await self._reader.checkpoint(session, seq)
             except NATS_ERRORS as exc:
                 logger.info("checkpoint of %s skipped: %s", session, exc)
 
@@ -770,6 +689,15 @@ class NatsBus:
             raise failure
         return out
 
+    async def _publish_raw(
+        self, js: JetStreamContext, session: str, data: dict[str, Any], msg_id: str | None
+    ) -> int:
+        """Publish an event's stored JSON to ``session`` directly (not through the
+        outbox); its sequence."""
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        ack = await js.publish(self.names.subject(session), dumps(data).encode(), headers=headers)
+        return int(ack.seq)
+
     async def _landed(self, js: JetStreamContext, seq: int, msg_id: str) -> bool:
         """Whether the message ``msg_id`` is stored at sequence ``seq``."""
         try:
@@ -778,451 +706,12 @@ class NatsBus:
             return False
         return bool(msg.headers and msg.headers.get("Nats-Msg-Id") == msg_id)
 
-    # -- what this writer opened, and fencing --------------------------------------------
-
-    def _track(self, ev: Event) -> None:
-        """Keep the open calls and runs up to date with an event written."""
-        session, cid = ev.session, ev.call_id
-        if isinstance(ev, _OPENS) and cid:
-            self._opened.calls.setdefault((session, cid), (ev.tool or "", ev.run_id or ""))
-        elif isinstance(ev, _ENDS) and cid:
-            self._opened.calls.pop((session, cid), None)
-            self._gated.pop((session, cid), None)
-        elif isinstance(ev, RunStarted) and ev.run_id:
-            self._opened.runs.add((session, ev.run_id))
-        elif isinstance(ev, RunFinished) and ev.run_id:
-            self._opened.runs.discard((session, ev.run_id))
-        if isinstance(ev, ApprovalRequested) and cid:
-            self._gated[(session, cid)] = ev.approval_id
-
-    def _is_fenced(self, ev: Event) -> bool:
-        fenced = self._fenced
-        if not fenced:
-            return False
-        if ev.call_id and ("c", ev.session, ev.call_id) in fenced:
-            return True
-        return isinstance(ev, RunFinished) and ("r", ev.session, ev.run_id or "") in fenced
-
-    async def _guard(self, batch: Sequence[Event]) -> None:
-        """Before a batch: register the calls and runs it opens (so a reaper can close
-        them if this process dies), and renew the lease if it is half-way out — a
-        writer that finds its lease taken learns which calls were closed for it."""
-        opens = False
-        for ev in batch:
-            if isinstance(ev, _OPENS) and ev.call_id:
-                opens = opens or (ev.session, ev.call_id) not in self._opened.calls
-            elif isinstance(ev, RunStarted) and ev.run_id:
-                opens = opens or (ev.session, ev.run_id) not in self._opened.runs
-        stale = time.monotonic() - self._renewed > self.lease / 2
-        if opens or stale or not self._registered_rev:
-            extra = _Opened()
-            extra.calls = dict(self._opened.calls)
-            extra.runs = set(self._opened.runs)
-            for ev in batch:
-                if isinstance(ev, _OPENS) and ev.call_id:
-                    extra.calls.setdefault(
-                        (ev.session, ev.call_id), (ev.tool or "", ev.run_id or "")
-                    )
-                elif isinstance(ev, RunStarted) and ev.run_id:
-                    extra.runs.add((ev.session, ev.run_id))
-            await self._register(extra)
-
-    async def _register(self, opened: _Opened | None = None) -> None:
-        """Write this writer's lease entry (compare-and-swap on its revision)."""
-        kv = await self.kv(self.names.writers)
-        value = json.dumps(
-            {"lease": self.lease, "open": (opened or self._opened).as_json()}
-        ).encode()
-        try:
-            if self._registered_rev:
-                rev = await kv.update(self.token, value, last=self._registered_rev)
-            else:
-                rev = await kv.create(self.token, value)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            rev = await self._fenced_out(kv, value)
-        self._registered_rev = rev
-        self._renewed = time.monotonic()
-
-    async def _fenced_out(self, kv: KeyValue, value: bytes) -> int:
-        """Our lease entry changed under us: a reaper closed our calls. Learn which (their
-        later events are dropped) and register again."""
-        try:
-            entry = await kv.get(self.token)
-            record = json.loads(entry.value or b"{}")
-            rev = entry.revision or 0
-        except nats.js.errors.KeyNotFoundError:
-            record, rev = {}, 0
-        if record.get("reaped") and record.get("by") != self.token:
-            for s, c, *_ in record.get("open", {}).get("c", []):
-                self._fenced.add(("c", s, c))
-                self._opened.calls.pop((s, c), None)
-            for s, r in record.get("open", {}).get("r", []):
-                self._fenced.add(("r", s, r))
-                self._opened.runs.discard((s, r))
-            logger.error(
-                "this process's lease ran out and %s closed its open calls: their later "
-                "events are dropped",
-                record.get("by"),
-            )
-        # else: our own earlier write landed though its reply was lost (a reconnection)
-        if rev:
-            return await kv.update(self.token, value, last=rev)
-        return await kv.create(self.token, value)
-
-    async def _denied(self, events: Sequence[Event]) -> bool:
-        """Fence the calls of ``events`` whose approval was denied elsewhere (their
-        later events are dropped); True if any was."""
-        any_fenced = False
-        checked: set[tuple[str, str]] = set()
-        for ev in events:
-            key = (ev.session, ev.call_id or "")
-            aid = self._gated.get(key)
-            if aid is None or key in checked or isinstance(ev, ApprovalRequested):
-                continue
-            checked.add(key)
-            if await self._arbiter.ended(ev.session, aid):
-                self._fenced.add(("c", ev.session, ev.call_id or ""))
-                self._opened.calls.pop(key, None)
-                self._gated.pop(key, None)
-                any_fenced = True
-        return any_fenced
-
-    async def _stop_writing(self) -> None:
-        """Give up the lease: close what this process left open ("worker stopped")."""
-        kv = await self.kv(self.names.writers)
-        opened = self._opened.as_json()
-        await self._close_open(opened, "worker stopped")
-        await kv.delete(self.token)
-
-    # -- leases and reaping --------------------------------------------------------------
-
-    async def _leases(self) -> None:
-        """Renew this process's lease; close the calls of writers whose lease ran out;
-        purge expired sessions. Never dies: an error is logged and tried again."""
-        every = self.lease / 3
-        while True:
-            await asyncio.sleep(every)
-            try:
-                if self._registered_rev or self.reap:
-                    # A reaper holds a lease entry too, and judges others only right
-                    # after writing its own: while the bucket cannot be written (a
-                    # leader election), nobody's silence means anything.
-                    try:
-                        await self._register()
-                    except BaseException:
-                        self._seen.clear()
-                        raise
-                if self.reap:
-                    await self.reap_lost()
-                    if time.monotonic() >= self._janitor_at:
-                        self._janitor_at = time.monotonic() + min(self.session_ttl / 4, 60.0)
-                        await self.expire_sessions()
-            except RETRYABLE as exc:
-                logger.debug("lease renewal failed: %s", exc)
-            except Exception:
-                logger.exception("lease renewal failed")
-
-    async def reap_lost(self) -> int:
-        """Close (``tool.cancelled``, reason ``"worker lost"``) the open calls and runs of
-        every writer whose lease ran out; returns how many events that wrote. A writer
-        is lost when its lease entry has not changed for its ``lease`` seconds as this
-        process's clock measures (no clocks are compared across hosts); exactly one
-        process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
-        seconds on its own when ``reap=True``."""
-        kv = await self.kv(self.names.writers)
-        keys = await self._writer_keys()
-        now = time.monotonic()
-        if now - self._reaped_at > self.lease:
-            # This process could not watch for a while (NATS away, a failover, a stall):
-            # what it saw before proves nothing; observe every writer afresh.
-            self._seen.clear()
-        self._reaped_at = now
-        total = 0
-        for key in keys:
-            if key == self.token:
-                continue
-            try:
-                entry = await kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue
-            record = json.loads(entry.value or b"{}")
-            rev = entry.revision or 0
-            if record.get("reaped"):
-                if time.time() - float(record.get("at", 0)) > self.session_ttl:
-                    await kv.delete(key, last=rev)
-                continue
-            seen = self._seen.get(key)
-            if seen is None or seen[0] != rev:
-                self._seen[key] = (rev, now)
-                continue
-            if now - seen[1] < float(record.get("lease", self.lease)):
-                continue
-            claim = {**record, "reaped": True, "by": self.token, "at": time.time()}
-            try:
-                await kv.update(key, json.dumps(claim).encode(), last=rev)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue  # renewed meanwhile, or another process reaps it
-            self._seen.pop(key, None)
-            n = await self._close_open(record.get("open", {}), "worker lost")
-            if n:
-                logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
-            total += n
-        self._stats.reaped += total
-        return total
-
-    async def _writer_keys(self) -> list[str]:
-        """The writers' entries, listed with one stream-info request (no consumer per
-        pass, as ``KeyValue.keys()`` would create)."""
-        js = await self._ready()
-        bucket = self.names.writers
-        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
-        prefix = f"$KV.{bucket}."
-        return [subject[len(prefix) :] for subject in (info.state.subjects or {})]
-
-    async def _close_open(self, opened: dict[str, Any], reason: str) -> int:
-        """Close the calls and runs in ``opened`` that are still open in their session."""
-        js = await self._ready()
-        by_session: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
-        for item in opened.get("c", []):
-            by_session.setdefault(item[0], ([], []))[0].append(item)
-        for item in opened.get("r", []):
-            by_session.setdefault(item[0], ([], []))[1].append(item)
-        n = 0
-        for session, (calls, runs) in by_session.items():
-            view = (await self._read_state(session)).folded()
-            ts = self._clock()
-            for _, call_id, tool, run_id in calls:
-                info = view.calls.get(call_id)
-                if info is None or info.state.terminal:
-                    continue
-                ev: Event = ToolCancelled(
-                    id="-",
-                    session=session,
-                    ts=ts,
-                    call_id=call_id,
-                    tool=tool,
-                    run_id=run_id or None,
-                    reason=reason,
-                )
-                await self._publish_now(js, ev)
-                n += 1
-            for _, run_id in runs:
-                run = view.runs.get(run_id)
-                if run is None or run.state != "running":
-                    continue
-                ev = RunFinished(
-                    id="-",
-                    session=session,
-                    ts=ts,
-                    run_id=run_id,
-                    outcome="cancelled",
-                    error=ErrorInfo(type="WorkerLost", message=reason),
-                )
-                await self._publish_now(js, ev)
-                n += 1
-        return n
-
-    async def _publish_now(self, js: JetStreamContext, ev: Event) -> int:
-        """Publish one event directly (not through the outbox); its sequence."""
-        return await self._publish_raw(js, ev.session, event_json(ev), None)
-
-    async def _publish_raw(
-        self, js: JetStreamContext, session: str, data: dict[str, Any], msg_id: str | None
-    ) -> int:
-        """Publish an event's stored JSON to ``session`` directly; its sequence."""
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        ack = await js.publish(self.names.subject(session), dumps(data).encode(), headers=headers)
-        return int(ack.seq)
-
-    async def expire_sessions(self) -> int:
-        """Purge every session with no event for ``session_ttl`` seconds (its messages
-        and checkpoint); returns how many. Runs on its own when ``reap=True``."""
-        js = await self._ready()
-        try:
-            info = await js.stream_info(self.names.stream, subjects_filter=self.names.subjects)
-        except nats.js.errors.NotFoundError:
-            return 0
-        subjects = info.state.subjects or {}
-        n = 0
-        for subject in subjects:
-            try:
-                last = await js.get_msg(self.names.stream, subject=subject, direct=True)
-            except nats.js.errors.NotFoundError:
-                continue
-            when = last.time.timestamp() if last.time is not None else time.time()
-            if time.time() - when < self.session_ttl or last.seq is None:
-                continue
-            await js.purge_stream(self.names.stream, subject=subject, seq=last.seq + 1)
-            token = subject.partition(".")[2]
-            kv = await self.kv(self.names.checkpoints)
-            try:
-                await kv.delete(token)
-            except nats.js.errors.KeyNotFoundError:
-                pass
-            logger.info("session %r expired: purged", token_session(token))
-            n += 1
-        self._stats.expired += n
-        return n
-
-    # -- checkpoints and reading ---------------------------------------------------------
-
-    async def _checkpoint(self, session: str, seq: int) -> None:
-        """Store the session's state as of ``seq`` and purge its messages up to there."""
-        state = await self._read_state(session, upto=seq)
-        if state.floor >= seq:
-            return
-        reset = StreamReset(
-            id=make_id(state.epoch, seq),
-            session=session,
-            ts=self._clock(),
-            snapshot=state.folded().snapshot(),
-        )
-        blob = json.dumps({"seq": seq, "state": to_dict(reset)}).encode()
-        kv = await self.kv(self.names.checkpoints)
-        token = session_token(session)
-        try:
-            entry = await kv.get(token)
-        except nats.js.errors.KeyNotFoundError:
-            await kv.create(token, blob)
-        else:
-            if json.loads(entry.value or b"{}").get("seq", 0) >= seq:
-                return
-            await kv.update(token, blob, last=entry.revision)
-        js = await self._ready()
-        await js.purge_stream(self.names.stream, subject=self.names.subject(session), seq=seq + 1)
-
-    async def checkpoint_of(self, session: str) -> tuple[int, dict[str, Any] | None]:
-        """The session's checkpoint: (its sequence, the reset JSON) or (0, None)."""
-        kv = await self.kv(self.names.checkpoints)
-        try:
-            entry = await kv.get(session_token(session))
-        except nats.js.errors.KeyNotFoundError:
-            return 0, None
-        data = json.loads(entry.value or b"{}")
-        return int(data.get("seq", 0)), data.get("state")
-
-    async def _read_state(self, session: str, upto: int | None = None) -> SessionState:
-        """The session as it stands: checkpoint, then the messages after it (read between
-        two equal reads of the checkpoint, so no purge slipped in between)."""
-        js = await self._ready(time.monotonic() + self.connect_timeout)
-        return await self._state_with(js, session, upto, self.kv)
-
-    async def _state_with(
-        self,
-        js: JetStreamContext,
-        session: str,
-        upto: int | None,
-        kv_of: Callable[[str], Awaitable[KeyValue]],
-    ) -> SessionState:
-        subject = self.names.subject(session)
-        kv = await kv_of(self.names.checkpoints)
-        token = session_token(session)
-
-        async def checkpoint() -> tuple[int, Any]:
-            try:
-                entry = await kv.get(token)
-            except nats.js.errors.KeyNotFoundError:
-                return 0, None
-            data = json.loads(entry.value or b"{}")
-            return int(data.get("seq", 0)), data.get("state")
-
-        for _ in range(10):
-            ck_seq, ck_state = await checkpoint()
-            try:
-                last_msg = await js.get_msg(self.names.stream, subject=subject, direct=True)
-                last = int(last_msg.seq or 0)
-            except nats.js.errors.NotFoundError:
-                last = 0
-            if upto is not None:
-                last = min(last, upto)
-            events = await self._range(js, subject, ck_seq + 1, last) if last > ck_seq else []
-            if (await checkpoint())[0] == ck_seq:
-                break
-        view = LiveView(max_finished=self._max_finished, compare=self.compare)
-        if ck_state is not None:
-            try:
-                view.apply(from_dict(ck_state))
-            except (ValueError, TypeError, EventDecodeError) as exc:
-                logger.error("checkpoint of a session unreadable, ignored: %s", exc)
-        return SessionState(self.epoch, max(last, ck_seq), ck_seq, view, events)
-
-    async def _range(
-        self, js: JetStreamContext, subject: str, first: int, last: int
-    ) -> list[tuple[int, Event]]:
-        """The session's messages from sequence ``first`` to ``last``."""
-        config = js_api.ConsumerConfig(
-            filter_subject=subject,
-            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=first,
-            ack_policy=js_api.AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-            num_replicas=0,  # the stream's replicas: a consumer survives a lost server
-        )
-        try:
-            info = await js.add_consumer(self.names.stream, config, timeout=2.0)
-        except RETRYABLE:
-            # No consumer now (a cluster electing its meta leader after losing a server
-            # can take many seconds): read message by message from any replica.
-            return await self.read_direct(js, subject, first, last)
-        out: list[tuple[int, Event]] = []
-        try:
-            sub = await js.pull_subscribe_bind(info.name, stream=self.names.stream)
-            try:
-                while True:
-                    msgs = await sub.fetch(512, timeout=self.connect_timeout)
-                    done = False
-                    for msg in msgs:
-                        md = msg.metadata
-                        seq = md.sequence.stream
-                        if seq > last:
-                            done = True
-                            break
-                        ev = decode_message(self.epoch, seq, msg.data)
-                        if ev is not None:
-                            out.append((seq, ev))
-                        if seq >= last or md.num_pending == 0:
-                            done = True
-                    if done or not msgs:
-                        break
-            finally:
-                await sub.unsubscribe()
-        finally:
-            try:
-                await js.delete_consumer(self.names.stream, info.name)
-            except NATS_ERRORS:
-                pass  # it goes on its own after its inactive threshold
-        return out
-
-    async def read_direct(
-        self, js: JetStreamContext, subject: str, first: int, last: int | None
-    ) -> list[tuple[int, Event]]:
-        """The session's messages from ``first`` (to ``last``, or all there are), one
-        direct get each: no consumer, served by any replica."""
-        out: list[tuple[int, Event]] = []
-        seq = first
-        while last is None or seq <= last:
-            try:
-                msg = await js.get_msg(
-                    self.names.stream, seq=seq, subject=subject, next=True, direct=True
-                )
-            except nats.js.errors.NotFoundError:
-                break
-            at = int(msg.seq or 0)
-            if at < seq or (last is not None and at > last):
-                break
-            ev = decode_message(self.epoch, at, msg.data or b"")
-            if ev is not None:
-                out.append((at, ev))
-            seq = at + 1
-        return out
-
     async def fetch_snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand, read from NATS plus this
         process's events not yet written (the async form of :meth:`snapshot`)."""
         _require_asyncio("fetch_snapshot()")
         state = await retry_until(
-            lambda: self._read_state(session),
+            lambda: self._reader.read_state(session),
             RETRYABLE,
             time.monotonic() + self.connect_timeout,
             f"NATS at {self._where}",
@@ -1240,7 +729,7 @@ class NatsBus:
             async def kv_of(bucket: str) -> KeyValue:
                 return await js.key_value(bucket)
 
-            return await self._state_with(js, session, None, kv_of)
+            return await self._reader.state_with(js, session, None, kv_of)
 
         return self._snapshot_of(session, self._in_thread(read), run)
 
@@ -1249,6 +738,24 @@ class NatsBus:
         for ev in self._outbox.pending(session):  # not yet written: apply them too
             view.apply(ev)
         return bound_snapshot(view.snapshot(run_id=run), self.reset_bytes)
+
+    # -- leases and reaping (toolstream.nats._leases) -------------------------------------
+
+    async def reap_lost(self) -> int:
+        """Close (``tool.cancelled``, reason ``"worker lost"``) the open calls and runs of
+        every writer whose lease ran out; returns how many events that wrote. A writer
+        is lost when its lease entry has not changed for its ``lease`` seconds as this
+        process's clock measures (no clocks are compared across hosts); exactly one
+        process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
+        seconds on its own when ``reap=True``."""
+        _require_asyncio("reap_lost()")
+        return await self._leases.reap_lost()
+
+    async def expire_sessions(self) -> int:
+        """Purge every session with no event for ``session_ttl`` seconds (its messages
+        and checkpoint); returns how many. Runs on its own when ``reap=True``."""
+        _require_asyncio("expire_sessions()")
+        return await self._leases.expire_sessions()
 
     # -- approvals (arbitrated by toolstream.nats._approvals) ----------------------------
 

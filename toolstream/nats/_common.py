@@ -10,9 +10,11 @@ import logging
 import re
 from typing import Any
 
+import attrs
+
 from toolstream._core.broker import SessionState
 from toolstream._core.codec import from_dict
-from toolstream._core.errors import EventDecodeError
+from toolstream._core.errors import BusUnavailable, EventDecodeError
 from toolstream._core.events import Event
 
 try:
@@ -163,3 +165,48 @@ class Pipeline:
         future.set_exception(
             kind(code=code, err_code=err.get("err_code"), description=err.get("description"))
         )
+
+
+@attrs.frozen
+class Names:
+    """The stream, subjects and buckets of one ``prefix``."""
+
+    prefix: str
+
+    @property
+    def stream(self) -> str:
+        return self.prefix
+
+    def subject(self, session: str) -> str:
+        return f"{self.prefix}.{session_token(session)}"
+
+    @property
+    def subjects(self) -> str:
+        return f"{self.prefix}.*"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.prefix}_ck"
+
+    @property
+    def approvals(self) -> str:
+        return f"{self.prefix}_ap"
+
+    @property
+    def writers(self) -> str:
+        return f"{self.prefix}_w"
+
+
+def epoch_of(info: Any) -> str:
+    """The epoch of a stream: its creation time in microseconds, base 36 (a stream
+    deleted and created again, or a server that lost its store, has another)."""
+    created = info.created
+    if created is None:  # pragma: no cover - every 2.9+ server sends it
+        raise BusUnavailable("the NATS server did not say when the stream was created")
+    n = int(created.timestamp() * 1_000_000)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while n:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+    return "n" + (out or "0")

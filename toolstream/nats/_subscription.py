@@ -63,7 +63,7 @@ class NatsSubscription(FedSubscription[E_co]):
         except TimeoutError:
             pass  # NATS is away: the read below says so
         state = await retry_until(
-            lambda: bus._read_state(self.session or ""),
+            lambda: bus._reader.read_state(self.session or ""),
             RETRYABLE,
             deadline,
             f"NATS at {bus._where}",
@@ -112,7 +112,7 @@ class NatsSubscription(FedSubscription[E_co]):
                         except RETRYABLE:
                             # No consumer now (a cluster electing its meta leader):
                             # read what there is message by message, then try again.
-                            direct = await bus.read_direct(js, subject, self._seq + 1, None)
+                            direct = await bus._reader.read_direct(js, subject, self._seq + 1, None)
                             if direct:
                                 self._seq = direct[-1][0]
                                 if not self._append([ev for _, ev in direct]):
@@ -230,13 +230,13 @@ class NatsSubscription(FedSubscription[E_co]):
         """Whether a checkpoint purged events between the cursor and ``seq``: the
         checkpoint stands at one of the session's events, so if it is past the cursor
         and before ``seq``, that event was never delivered here."""
-        ck, _ = await self._nbus.checkpoint_of(self.session or "")
+        ck, _ = await self._nbus._reader.checkpoint_of(self.session or "")
         return self._seq < ck < seq
 
     async def _epoch_lost(self) -> None:
         """The stream came back without its data: deliver a reset of what it has now."""
         bus = self._nbus
-        state = await bus._read_state(self.session or "")
+        state = await bus._reader.read_state(self.session or "")
         reset = StreamReset(
             id=make_id(state.epoch, state.last),
             session=self.session or "",

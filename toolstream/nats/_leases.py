@@ -1,0 +1,356 @@
+"""NatsLeases: this process as a writer of a NatsBus — its lease, the calls and runs it
+left open, fencing — and the reaper of the writers that were lost and of expired sessions.
+
+The ``<prefix>_w`` KV bucket holds one entry per writer: its lease length and what it
+left open, renewed by compare-and-swap. A writer whose entry has not changed for its
+lease (as the reaper's own clock measures) is claimed by exactly one reaper (compare-
+and-swap again), which closes what it left open; the writer, if it was only stalled,
+finds its entry claimed at its next write and drops its later events of those calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from toolstream._core.events import (
+    ApprovalRequested,
+    ErrorInfo,
+    Event,
+    RunFinished,
+    RunStarted,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolDenied,
+    ToolFailed,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
+
+from ._approvals import event_json
+from ._common import RETRYABLE, JetStreamContext, KeyValue, nats, token_session
+
+if TYPE_CHECKING:
+    from ._bus import NatsBus
+
+logger = logging.getLogger("toolstream.nats")
+
+__all__ = ["NatsLeases"]
+
+_OPENS = (ToolCreated, ToolReady, ToolQueued, ToolStarted)
+_ENDS = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
+
+
+class _Opened:
+    """What this writer left open (closed by a reaper if it is lost), as registered."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str], tuple[str, str]] = {}  # (session, call) -> tool, run
+        self.runs: set[tuple[str, str]] = set()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "c": [[s, c, t, r] for (s, c), (t, r) in self.calls.items()],
+            "r": [[s, r] for s, r in self.runs],
+        }
+
+
+class NatsLeases:
+    """The lease side of one :class:`~toolstream.nats.NatsBus`: what this process opened
+    (``track``), what was closed for it elsewhere (``is_fenced``, ``denied``), its lease
+    entry (``guard`` before each batch, ``run`` to renew it), and reaping."""
+
+    def __init__(self, bus: NatsBus) -> None:
+        self._bus = bus
+        self._opened = _Opened()
+        self._registered_rev = 0  # our lease entry's revision (0: none yet)
+        self._renewed = 0.0  # monotonic time of the last successful lease write
+        self._fenced: set[tuple[str, str, str]] = set()  # ("c"/"r", session, id)
+        self._gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
+        self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
+        self._janitor_at = 0.0
+        self._reaped_at = 0.0  # monotonic time of the last reaper pass
+
+    @property
+    def registered(self) -> bool:
+        """Whether this process holds a lease entry."""
+        return bool(self._registered_rev)
+
+    def track(self, ev: Event) -> None:
+        """Keep the open calls and runs up to date with an event written."""
+        session, cid = ev.session, ev.call_id
+        if isinstance(ev, _OPENS) and cid:
+            self._opened.calls.setdefault((session, cid), (ev.tool or "", ev.run_id or ""))
+        elif isinstance(ev, _ENDS) and cid:
+            self._opened.calls.pop((session, cid), None)
+            self._gated.pop((session, cid), None)
+        elif isinstance(ev, RunStarted) and ev.run_id:
+            self._opened.runs.add((session, ev.run_id))
+        elif isinstance(ev, RunFinished) and ev.run_id:
+            self._opened.runs.discard((session, ev.run_id))
+        if isinstance(ev, ApprovalRequested) and cid:
+            self._gated[(session, cid)] = ev.approval_id
+
+    def is_fenced(self, ev: Event) -> bool:
+        """Whether ``ev`` belongs to a call or run closed for this process elsewhere."""
+        fenced = self._fenced
+        if not fenced:
+            return False
+        if ev.call_id and ("c", ev.session, ev.call_id) in fenced:
+            return True
+        return isinstance(ev, RunFinished) and ("r", ev.session, ev.run_id or "") in fenced
+
+    async def guard(self, batch: Sequence[Event]) -> None:
+        """Before a batch: register the calls and runs it opens (so a reaper can close
+        them if this process dies), and renew the lease if it is half-way out — a
+        writer that finds its lease taken learns which calls were closed for it."""
+        opens = False
+        for ev in batch:
+            if isinstance(ev, _OPENS) and ev.call_id:
+                opens = opens or (ev.session, ev.call_id) not in self._opened.calls
+            elif isinstance(ev, RunStarted) and ev.run_id:
+                opens = opens or (ev.session, ev.run_id) not in self._opened.runs
+        stale = time.monotonic() - self._renewed > self._bus.lease / 2
+        if opens or stale or not self._registered_rev:
+            extra = _Opened()
+            extra.calls = dict(self._opened.calls)
+            extra.runs = set(self._opened.runs)
+            for ev in batch:
+                if isinstance(ev, _OPENS) and ev.call_id:
+                    extra.calls.setdefault(
+                        (ev.session, ev.call_id), (ev.tool or "", ev.run_id or "")
+                    )
+                elif isinstance(ev, RunStarted) and ev.run_id:
+                    extra.runs.add((ev.session, ev.run_id))
+            await self.register(extra)
+
+    async def register(self, opened: _Opened | None = None) -> None:
+        """Write this writer's lease entry (compare-and-swap on its revision)."""
+        kv = await self._bus.kv(self._bus.names.writers)
+        value = json.dumps(
+            {"lease": self._bus.lease, "open": (opened or self._opened).as_json()}
+        ).encode()
+        try:
+            if self._registered_rev:
+                rev = await kv.update(self._bus.token, value, last=self._registered_rev)
+            else:
+                rev = await kv.create(self._bus.token, value)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            rev = await self._fenced_out(kv, value)
+        self._registered_rev = rev
+        self._renewed = time.monotonic()
+
+    async def _fenced_out(self, kv: KeyValue, value: bytes) -> int:
+        """Our lease entry changed under us: a reaper closed our calls. Learn which (their
+        later events are dropped) and register again."""
+        try:
+            entry = await kv.get(self._bus.token)
+            record = json.loads(entry.value or b"{}")
+            rev = entry.revision or 0
+        except nats.js.errors.KeyNotFoundError:
+            record, rev = {}, 0
+        if record.get("reaped") and record.get("by") != self._bus.token:
+            for s, c, *_ in record.get("open", {}).get("c", []):
+                self._fenced.add(("c", s, c))
+                self._opened.calls.pop((s, c), None)
+            for s, r in record.get("open", {}).get("r", []):
+                self._fenced.add(("r", s, r))
+                self._opened.runs.discard((s, r))
+            logger.error(
+                "this process's lease ran out and %s closed its open calls: their later "
+                "events are dropped",
+                record.get("by"),
+            )
+        # else: our own earlier write landed though its reply was lost (a reconnection)
+        if rev:
+            return await kv.update(self._bus.token, value, last=rev)
+        return await kv.create(self._bus.token, value)
+
+    async def denied(self, events: Sequence[Event]) -> bool:
+        """Fence the calls of ``events`` whose approval was denied elsewhere (their
+        later events are dropped); True if any was."""
+        any_fenced = False
+        checked: set[tuple[str, str]] = set()
+        for ev in events:
+            key = (ev.session, ev.call_id or "")
+            aid = self._gated.get(key)
+            if aid is None or key in checked or isinstance(ev, ApprovalRequested):
+                continue
+            checked.add(key)
+            if await self._bus._arbiter.ended(ev.session, aid):
+                self._fenced.add(("c", ev.session, ev.call_id or ""))
+                self._opened.calls.pop(key, None)
+                self._gated.pop(key, None)
+                any_fenced = True
+        return any_fenced
+
+    async def stop_writing(self) -> None:
+        """Give up the lease: close what this process left open ("worker stopped")."""
+        kv = await self._bus.kv(self._bus.names.writers)
+        opened = self._opened.as_json()
+        await self._close_open(opened, "worker stopped")
+        await kv.delete(self._bus.token)
+
+    async def run(self) -> None:
+        """Renew this process's lease; close the calls of writers whose lease ran out;
+        purge expired sessions. Never dies: an error is logged and tried again."""
+        every = self._bus.lease / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                if self._registered_rev or self._bus.reap:
+                    # A reaper holds a lease entry too, and judges others only right
+                    # after writing its own: while the bucket cannot be written (a
+                    # leader election), nobody's silence means anything.
+                    try:
+                        await self.register()
+                    except BaseException:
+                        self._seen.clear()
+                        raise
+                if self._bus.reap:
+                    await self.reap_lost()
+                    if time.monotonic() >= self._janitor_at:
+                        self._janitor_at = time.monotonic() + min(self._bus.session_ttl / 4, 60.0)
+                        await self.expire_sessions()
+            except RETRYABLE as exc:
+                logger.debug("lease renewal failed: %s", exc)
+            except Exception:
+                logger.exception("lease renewal failed")
+
+    async def reap_lost(self) -> int:
+        """Close the open calls and runs of every writer whose lease ran out (see
+        :meth:`NatsBus.reap_lost <toolstream.nats.NatsBus.reap_lost>`)."""
+        kv = await self._bus.kv(self._bus.names.writers)
+        keys = await self._writer_keys()
+        now = time.monotonic()
+        if now - self._reaped_at > self._bus.lease:
+            # This process could not watch for a while (NATS away, a failover, a stall):
+            # what it saw before proves nothing; observe every writer afresh.
+            self._seen.clear()
+        self._reaped_at = now
+        total = 0
+        for key in keys:
+            if key == self._bus.token:
+                continue
+            try:
+                entry = await kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                continue
+            record = json.loads(entry.value or b"{}")
+            rev = entry.revision or 0
+            if record.get("reaped"):
+                if time.time() - float(record.get("at", 0)) > self._bus.session_ttl:
+                    await kv.delete(key, last=rev)
+                continue
+            seen = self._seen.get(key)
+            if seen is None or seen[0] != rev:
+                self._seen[key] = (rev, now)
+                continue
+            if now - seen[1] < float(record.get("lease", self._bus.lease)):
+                continue
+            claim = {**record, "reaped": True, "by": self._bus.token, "at": time.time()}
+            try:
+                await kv.update(key, json.dumps(claim).encode(), last=rev)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue  # renewed meanwhile, or another process reaps it
+            self._seen.pop(key, None)
+            n = await self._close_open(record.get("open", {}), "worker lost")
+            if n:
+                logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
+            total += n
+        self._bus._stats.reaped += total
+        return total
+
+    async def _writer_keys(self) -> list[str]:
+        """The writers' entries, listed with one stream-info request (no consumer per
+        pass, as ``KeyValue.keys()`` would create)."""
+        js = await self._bus._ready()
+        bucket = self._bus.names.writers
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
+        prefix = f"$KV.{bucket}."
+        return [subject[len(prefix) :] for subject in (info.state.subjects or {})]
+
+    async def _close_open(self, opened: dict[str, Any], reason: str) -> int:
+        """Close the calls and runs in ``opened`` that are still open in their session."""
+        js = await self._bus._ready()
+        by_session: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
+        for item in opened.get("c", []):
+            by_session.setdefault(item[0], ([], []))[0].append(item)
+        for item in opened.get("r", []):
+            by_session.setdefault(item[0], ([], []))[1].append(item)
+        n = 0
+        for session, (calls, runs) in by_session.items():
+            view = (await self._bus._reader.read_state(session)).folded()
+            ts = self._bus._clock()
+            for _, call_id, tool, run_id in calls:
+                info = view.calls.get(call_id)
+                if info is None or info.state.terminal:
+                    continue
+                ev: Event = ToolCancelled(
+                    id="-",
+                    session=session,
+                    ts=ts,
+                    call_id=call_id,
+                    tool=tool,
+                    run_id=run_id or None,
+                    reason=reason,
+                )
+                await self._publish_now(js, ev)
+                n += 1
+            for _, run_id in runs:
+                run = view.runs.get(run_id)
+                if run is None or run.state != "running":
+                    continue
+                ev = RunFinished(
+                    id="-",
+                    session=session,
+                    ts=ts,
+                    run_id=run_id,
+                    outcome="cancelled",
+                    error=ErrorInfo(type="WorkerLost", message=reason),
+                )
+                await self._publish_now(js, ev)
+                n += 1
+        return n
+
+    async def _publish_now(self, js: JetStreamContext, ev: Event) -> int:
+        """Publish one event directly (not through the outbox); its sequence."""
+        return await self._bus._publish_raw(js, ev.session, event_json(ev), None)
+
+    async def expire_sessions(self) -> int:
+        """Purge the sessions idle for ``session_ttl`` (see :meth:`NatsBus.expire_sessions
+        <toolstream.nats.NatsBus.expire_sessions>`)."""
+        js = await self._bus._ready()
+        try:
+            info = await js.stream_info(
+                self._bus.names.stream, subjects_filter=self._bus.names.subjects
+            )
+        except nats.js.errors.NotFoundError:
+            return 0
+        subjects = info.state.subjects or {}
+        n = 0
+        for subject in subjects:
+            try:
+                last = await js.get_msg(self._bus.names.stream, subject=subject, direct=True)
+            except nats.js.errors.NotFoundError:
+                continue
+            when = last.time.timestamp() if last.time is not None else time.time()
+            if time.time() - when < self._bus.session_ttl or last.seq is None:
+                continue
+            await js.purge_stream(self._bus.names.stream, subject=subject, seq=last.seq + 1)
+            token = subject.partition(".")[2]
+            kv = await self._bus.kv(self._bus.names.checkpoints)
+            try:
+                await kv.delete(token)
+            except nats.js.errors.KeyNotFoundError:
+                pass
+            logger.info("session %r expired: purged", token_session(token))
+            n += 1
+        self._bus._stats.expired += n
+        return n
