@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest test-nats-cluster bench schema clean
+.PHONY: demo test lint typecheck pytest bench schema clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,10 +55,6 @@ $(INTEROP): tests/interop/package-lock.json
 
 pytest: $(VENV)/.installed-test $(INTEROP)
 	$(BIN)/pytest
-
-# NatsBus failover on a three-server JetStream cluster: not yet reliable (docs/decisions.md).
-test-nats-cluster: $(VENV)/.installed-test
-	$(BIN)/pytest -m nats_cluster
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks

@@ -178,7 +178,7 @@ class NatsClusterBroker(Broker):
         "redis",
         "redis-cluster",
         "nats",
-        pytest.param("nats-cluster", marks=pytest.mark.nats_cluster),
+        "nats-cluster",
     ]
 )
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:

@@ -111,6 +111,8 @@ def test_bad_arguments(nats_server: NatsServer) -> None:
         NatsBus(nats_server.url, replicas=7)
     with pytest.raises(ValueError, match="servers"):
         NatsBus([])
+    with pytest.raises(ValueError, match="request_timeout"):
+        NatsBus(nats_server.url, request_timeout=0)
 
 
 def test_unreachable_nats_is_a_clear_error() -> None:
@@ -439,7 +441,6 @@ async def test_two_buses_deciding_at_once_have_one_winner(nats_server: NatsServe
             assert decision is not None and decision.by == wins[0].by
 
 
-@pytest.mark.nats_cluster
 async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_path: Any) -> None:
     """Three servers, an R3 stream. The writer and a second reader are connected to the
     servers that stay; a first reader only to the one that is SIGKILLed mid-stream. Every

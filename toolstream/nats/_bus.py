@@ -59,6 +59,7 @@ from ._common import (
     api_code,
     epoch_of,
     js_api,
+    kv_handle,
     nats,
 )
 from ._leases import NatsLeases
@@ -130,6 +131,9 @@ class NatsBus:
       expired sessions (any process can).
     - ``connect_timeout``: how long construction and a subscription's first read may
       wait for NATS before :class:`~toolstream.BusUnavailable`.
+    - ``request_timeout``: how long one JetStream request waits for its answer before
+      it is asked again (a cluster electing a leader answers nothing at all, and a
+      request sent then must not hold a read for the whole ``connect_timeout``).
 
     Construction connects once (on a thread of its own) to create what is missing —
     the stream and the buckets, with ``replicas`` — and to learn the stream's epoch;
@@ -150,6 +154,7 @@ class NatsBus:
         lease: float = 10.0,
         reap: bool = True,
         connect_timeout: float = 5.0,
+        request_timeout: float = 2.0,
         batch: int = 256,
         clock: Callable[[], float] = time.time,
         max_finished: int = 500,
@@ -176,6 +181,8 @@ class NatsBus:
             raise ValueError(f"lease must be at least 0.3 seconds, got {lease}")
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
+        if not request_timeout > 0:
+            raise ValueError(f"request_timeout must be positive, got {request_timeout}")
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         self.servers = servers
@@ -187,6 +194,7 @@ class NatsBus:
         self.lease = lease
         self.reap = reap
         self.connect_timeout = connect_timeout
+        self.request_timeout = min(request_timeout, connect_timeout)
         self.batch = batch
         self.outbox_limit = outbox
         self.outbox_overflow: OutboxOverflow = outbox_overflow
@@ -280,7 +288,11 @@ class NatsBus:
                 result.append(exc)
                 return
             try:
-                result.append(await asyncio.wait_for(work(nc.jetstream()), self.connect_timeout))
+                result.append(
+                    await asyncio.wait_for(
+                        work(nc.jetstream(timeout=self.request_timeout)), self.connect_timeout
+                    )
+                )
             except BaseException as exc:
                 result.append(exc)
             finally:
@@ -397,9 +409,7 @@ class NatsBus:
         kv = self._kv.get(bucket)
         if kv is None:
             js = await self._ready()
-            kv = self._kv[bucket] = KeyValue(
-                name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False
-            )
+            kv = self._kv[bucket] = kv_handle(js, bucket)
         return kv
 
     # -- state -------------------------------------------------------------------------
@@ -469,7 +479,7 @@ class NatsBus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._nc = nc
-        self._js = nc.jetstream(timeout=self.connect_timeout)
+        self._js = nc.jetstream(timeout=self.request_timeout)
         self._pipeline = Pipeline(nc)
         self._epoch_stale = True
         up = self._up
@@ -727,9 +737,14 @@ class NatsBus:
 
         async def read(js: JetStreamContext) -> SessionState:
             async def kv_of(bucket: str) -> KeyValue:
-                return await js.key_value(bucket)
+                return kv_handle(js, bucket)
 
-            return await self._reader.state_with(js, session, None, kv_of)
+            return await retry_until(
+                lambda: self._reader.state_with(js, session, None, kv_of),
+                RETRYABLE,
+                time.monotonic() + self.connect_timeout,
+                f"NATS at {self._where}",
+            )
 
         return self._snapshot_of(session, self._in_thread(read), run)
 

@@ -42,6 +42,7 @@ __all__ = [
     "SessionState",
     "decode_message",
     "js_api",
+    "kv_handle",
     "nats",
     "session_token",
     "token_session",
@@ -210,3 +211,10 @@ def epoch_of(info: Any) -> str:
         n, r = divmod(n, 36)
         out = digits[r] + out
     return "n" + (out or "0")
+
+
+def kv_handle(js: JetStreamContext, bucket: str) -> KeyValue:
+    """A handle on an existing KV bucket, made without the stream-info request of
+    ``js.key_value()`` (it needs the cluster's meta leader, which a cluster that lost a
+    server may be electing for many seconds)."""
+    return KeyValue(name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False)

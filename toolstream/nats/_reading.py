@@ -151,7 +151,7 @@ class NatsReader:
             sub = await js.pull_subscribe_bind(info.name, stream=self._bus.names.stream)
             try:
                 while True:
-                    msgs = await sub.fetch(512, timeout=self._bus.connect_timeout)
+                    msgs = await sub.fetch(512, timeout=self._bus.request_timeout)
                     done = False
                     for msg in msgs:
                         md = msg.metadata
