@@ -284,3 +284,107 @@ def test_any_json_decodes_or_raises_event_decode_error(kind: str, data: dict[str
     except ts.EventDecodeError:
         return
     assert ts.from_dict(json.loads(json.dumps(ts.to_dict(event)))) == event
+
+
+def _deep(levels: int, leaf: Any) -> Any:
+    value = leaf
+    for i in range(levels):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+class _Str(str):
+    pass
+
+
+_EDGE_VALUES: list[Any] = [
+    None,
+    True,
+    1,
+    1.5,
+    "s",
+    _Str("subclass"),
+    float("nan"),
+    float("inf"),
+    [1, [2, [float("-inf")]]],
+    {"a": {"b": {1: "int key"}}},
+    {"a": [object()]},
+    _deep(63, 1),
+    _deep(64, 1),
+    _deep(65, 1),
+    _deep(64, []),
+    _deep(65, {}),
+    _deep(200, None),
+]
+
+
+def _outcome(check: Any, value: Any) -> Any:
+    try:
+        return ("ok", check(value, "result"))
+    except ts.EventDecodeError as exc:
+        return ("error", str(exc))
+
+
+@pytest.mark.parametrize("value", _EDGE_VALUES, ids=lambda v: type(v).__name__)
+def test_the_fast_json_check_agrees_with_the_exact_one(value: Any) -> None:
+    """JSON values are checked by a fast path for plain values and the exact path for
+    the rest: both accept the same values and name the same errors."""
+    from toolstream._core.codec import _check_json, _check_json_exact
+
+    assert _outcome(_check_json, value) == _outcome(_check_json_exact, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_the_fast_json_check_agrees_on_any_json(value: Any) -> None:
+    from toolstream._core.codec import _check_json, _check_json_exact
+
+    assert _outcome(_check_json, value) == _outcome(_check_json_exact, value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fraction", True, "fraction: expected a number"),
+        ("current", 3, None),
+        ("current", float("inf"), "current: expected a finite number"),
+        ("message", _Str("a str subclass"), None),
+        ("message", 5, "message: expected a string"),
+        ("session", None, "session: expected a string"),
+    ],
+)
+def test_compiled_decoders_check_each_field(field: str, value: Any, message: str | None) -> None:
+    data = {
+        "v": 1,
+        "type": "tool.progress",
+        "id": "e-1",
+        "session": "s",
+        "ts": 1.0,
+        "call_id": "c",
+        "tool": "t",
+        field: value,
+    }
+    if message is None:
+        assert getattr(ts.from_dict(data), field) == value
+    else:
+        with pytest.raises(ts.EventDecodeError, match=message):
+            ts.from_dict(data)
+
+
+def test_decoded_events_share_nothing_with_their_input() -> None:
+    data: dict[str, Any] = {
+        "v": 1,
+        "type": "tool.completed",
+        "id": "e-1",
+        "session": "s",
+        "ts": 1.0,
+        "call_id": "c",
+        "tool": "t",
+        "result": {"rows": [1, 2]},
+    }
+    event = ts.from_dict(data)
+    data["result"]["rows"].append(3)
+    data["session"] = "changed"
+    assert isinstance(event, ts.ToolCompleted)
+    assert event.result == {"rows": [1, 2]}
+    assert event.session == "s"

@@ -172,7 +172,51 @@ def _fail(path: _Path, expected: str, value: object) -> EventDecodeError:
     return EventDecodeError(f"{path}: expected {expected}, got {shown}")
 
 
+class _Unsure(Exception):
+    """A value the fast JSON check leaves to the exact one."""
+
+
+_JSON_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _json_fast(value: object, depth: int) -> object:
+    """A copy of ``value`` if it is plain JSON (exact built-in types, finite numbers,
+    well within the depth limit); ``_Unsure`` otherwise (no paths are built here)."""
+    t = type(value)
+    if t in _JSON_SCALARS:
+        return value
+    if t is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return value
+        raise _Unsure
+    if depth >= 64:  # its items would be at the limit: the exact check decides
+        raise _Unsure
+    if t is list:
+        scalars = _JSON_SCALARS
+        return [
+            v if type(v) in scalars else _json_fast(v, depth + 1)
+            for v in value  # type: ignore[attr-defined]
+        ]
+    if t is dict:
+        out = {}
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str:
+                raise _Unsure
+            out[k] = v if type(v) in _JSON_SCALARS else _json_fast(v, depth + 1)
+        return out
+    raise _Unsure
+
+
 def _check_json(value: object, path: _Path, depth: int = 0) -> object:
+    """``value`` (copied) if it is a JSON value nested at most 64 deep; an error naming
+    where it is not. Plain values take the fast path; the rest the exact one."""
+    try:
+        return _json_fast(value, depth)
+    except (_Unsure, RecursionError):
+        return _check_json_exact(value, path, depth)
+
+
+def _check_json_exact(value: object, path: _Path, depth: int = 0) -> object:
     if depth > 64:
         raise _fail(path, "JSON nested at most 64 deep", "...")
     if value is None or isinstance(value, (str, bool, int)):
@@ -182,13 +226,13 @@ def _check_json(value: object, path: _Path, depth: int = 0) -> object:
             raise _fail(path, "a finite number", value)
         return value
     if isinstance(value, list):
-        return [_check_json(v, (path, i), depth + 1) for i, v in enumerate(value)]
+        return [_check_json_exact(v, (path, i), depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _fail(path, "string keys", k)
-            out[k] = _check_json(v, (path, k), depth + 1)
+            out[k] = _check_json_exact(v, (path, k), depth + 1)
         return out
     raise _fail(path, "a JSON value", value)
 
@@ -293,31 +337,91 @@ def _base_decoder(tp: object) -> _Decoder:
 
 
 _RECORD_DECODERS: dict[type, _Decoder] = {}
+_MISSING = object()
+
+
+def _fast_test(tp: object) -> str | None:
+    """An expression true when ``v`` is already a valid value of ``tp`` (checked inline;
+    anything else goes to the field's full decoder, which accepts or names the error)."""
+    inner, optional = _split_optional(tp)
+    if inner is str:
+        test = "type(v) is str"
+    elif inner is int:
+        test = "type(v) is int"
+    elif inner is bool:
+        test = "(v is True or v is False)"
+    elif inner is float:
+        test = "((type(v) is float and isfinite(v)) or type(v) is int)"
+    elif _is_json_value(inner):
+        return "(v is None or type(v) in scalar)"
+    else:
+        return None
+    return f"(v is None or {test})" if optional else test
 
 
 def _record_decoder(cls: type) -> _Decoder:
+    """A function written for ``cls`` (like :func:`_compile_encoder`): per field one
+    lookup and, for the common types, one inline test; a value that fails the test goes
+    to the field's full decoder, so errors name the field exactly as before."""
     cached = _RECORD_DECODERS.get(cls)
     if cached is not None:
         return cached
-    specs: list[tuple[str, bool, _Decoder]] = []
-
-    def decode_record(value: object, path: _Path) -> object:
-        if not isinstance(value, dict):
-            raise _fail(path, f"an object ({cls.__name__})", value)
-        kwargs: dict[str, object] = {}
-        for name, required, decode in specs:
-            if name in value:
-                kwargs[name] = decode(value[name], (path, name))
-            elif required:
-                raise EventDecodeError(f"{_render(path)}: missing field {name!r}")
-        try:
-            return cls(**kwargs)
-        except (TypeError, ValueError) as exc:  # pragma: no cover - validated above
-            raise EventDecodeError(f"{_render(path)}: {exc}") from None
-
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "MISSING": _MISSING,
+        "isfinite": math.isfinite,
+        "scalar": frozenset({str, int, bool}),
+        "fail": _fail,
+        "render": _render,
+        "DecodeError": EventDecodeError,
+    }
+    lines = [
+        "def decode_record(value, path):",
+        "    if type(value) is not dict:",
+        "        if not isinstance(value, dict):",
+        f"            raise fail(path, {f'an object ({cls.__name__})'!r}, value)",
+        "    get = value.get",
+        "    kw = {}",
+    ]
+    # The decoders are made after this one is cached: a record may hold itself.
+    pending: list[tuple[str, object]] = []
+    for i, (name, tp, required) in enumerate(_fields(cls)):
+        assert name.isidentifier()
+        pending.append((f"d{i}", tp))
+        fast = _fast_test(tp)
+        lines.append(f"    v = get({name!r}, MISSING)")
+        if required:
+            lines.append("    if v is MISSING:")
+            lines.append(
+                f"        raise DecodeError(render(path) + {f': missing field {name!r}'!r})"
+            )
+            indent = "    "
+        else:
+            lines.append("    if v is not MISSING:")
+            indent = "        "
+        if fast is None:
+            lines.append(f"{indent}v = d{i}(v, (path, {name!r}))")
+        else:
+            lines.append(f"{indent}if not {fast}:")
+            lines.append(f"{indent}    v = d{i}(v, (path, {name!r}))")
+        lines.append(f"{indent}kw[{name!r}] = v")
+    lines += [
+        "    try:",
+        "        return cls(**kw)",
+        "    except (TypeError, ValueError) as exc:  # pragma: no cover - validated above",
+        "        raise DecodeError(f'{render(path)}: {exc}') from None",
+        "",
+    ]
+    (decode_record,) = compile_functions(
+        "\n".join(lines),
+        namespace,
+        what=f"from_dict for {cls.__qualname__}",
+        names=("decode_record",),
+    )
     _RECORD_DECODERS[cls] = decode_record
-    specs.extend((name, required, _decoder(tp)) for name, tp, required in _fields(cls))
-    return decode_record
+    for key, tp in pending:
+        namespace[key] = _decoder(tp)
+    return cast("_Decoder", decode_record)
 
 
 def from_dict(data: Mapping[str, Any]) -> Event:
@@ -326,7 +430,7 @@ def from_dict(data: Mapping[str, Any]) -> Event:
     Raises :class:`~toolstream.EventDecodeError` naming the bad field; unknown keys
     are ignored.
     """
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise EventDecodeError(f"an event is a JSON object, got {type(data).__name__}")
     version = data.get("v")
     if version != SCHEMA_VERSION:
@@ -336,7 +440,7 @@ def from_dict(data: Mapping[str, Any]) -> Event:
     if cls is None:
         raise EventDecodeError(f"type: unknown event type {kind!r}")
     try:
-        decoded = _record_decoder(cls)(dict(data), cls.type)
+        decoded = _record_decoder(cls)(data if type(data) is dict else dict(data), cls.type)
     except RecursionError:
         raise EventDecodeError(f"{cls.type}: nested too deeply") from None
     assert isinstance(decoded, Event)

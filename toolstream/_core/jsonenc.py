@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["ENCODER", "dumpb", "dumps", "is_utf8", "safe_text"]
+__all__ = ["ENCODER", "dumpb", "dumps", "is_utf8", "loads", "safe_text"]
 
 try:
     if os.environ.get("TOOLSTREAM_JSON", "").lower() == "stdlib":
@@ -24,6 +24,7 @@ except ImportError:
 ENCODER = "json" if _orjson is None else "orjson"
 
 _std_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_std_loads = json.loads
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
@@ -71,3 +72,15 @@ def dumpb(value: Any) -> bytes:
         except TypeError:
             pass
     return _std(value).encode("utf-8")
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON text (or its UTF-8 bytes) as Python values: orjson when installed, the
+    standard library otherwise (and for what orjson refuses, such as integers beyond 64
+    bits). ``ValueError`` for text that is not JSON."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass  # the standard library decides (and raises its own ValueError)
+    return _std_loads(data)

@@ -38,7 +38,7 @@ from toolstream._core.events import (
     Snapshot,
 )
 from toolstream._core.ids import compare_ids
-from toolstream._core.jsonenc import dumps
+from toolstream._core.jsonenc import dumpb, dumps
 from toolstream._core.outbox import CheckpointMarks, Outbox, OutboxOverflow, Refused
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
@@ -628,7 +628,7 @@ class NatsBus:
         out: list[int] = []
         payloads = []
         for ev in events:
-            payloads.append((self.names.subject(ev.session), dumps(event_json(ev)).encode(), ev.id))
+            payloads.append((self.names.subject(ev.session), dumpb(event_json(ev)), ev.id))
         i = 0
         while i < len(payloads):
             if not self._next:

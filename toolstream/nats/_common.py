@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import re
 from typing import Any
@@ -16,6 +15,7 @@ from toolstream._core.broker import SessionState
 from toolstream._core.codec import from_dict
 from toolstream._core.errors import BusUnavailable, EventDecodeError
 from toolstream._core.events import Event
+from toolstream._core.jsonenc import loads
 
 try:
     import nats
@@ -97,7 +97,7 @@ def token_session(token: str) -> str:
 def decode_message(epoch: str, seq: int, data: bytes) -> Event | None:
     """The event stored at stream sequence ``seq`` (None, logged, if it is malformed)."""
     try:
-        fields = json.loads(data)
+        fields = loads(data)
         fields["id"] = f"{epoch}-{seq}"
         return from_dict(fields)
     except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
@@ -147,7 +147,7 @@ class Pipeline:
             future.set_exception(nats.js.errors.NoStreamResponseError())
             return
         try:
-            resp = json.loads(msg.data)
+            resp = loads(msg.data)
         except ValueError as exc:
             future.set_exception(nats.js.errors.Error(f"unreadable acknowledgement: {exc}"))
             return

@@ -14,6 +14,7 @@ from toolstream._core.broker import SessionState
 from toolstream._core.codec import from_dict
 from toolstream._core.errors import EventDecodeError
 from toolstream._core.events import Event
+from toolstream._core.jsonenc import loads
 from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
 
@@ -125,7 +126,7 @@ def decode_entry(epoch: str, entry: str, fields: Any) -> Event | None:
             blob = fields["e"]
         else:
             blob = dict(zip(fields[::2], fields[1::2], strict=True))["e"]
-        data = json.loads(blob)
+        data = loads(blob)
         data["id"] = f"{epoch}-{entry_seq(entry)}"
         return from_dict(data)
     except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
