@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.redis_server import free_port
+from tests.redis_server import PortTaken, free_port
 
 NATS_SERVER = shutil.which("nats-server") or (
     "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
@@ -39,6 +39,7 @@ class NatsServer:
         assert NATS_SERVER is not None
         self.directory = directory
         self.port = port or free_port()
+        self._may_move = port is None  # see RedisServer: a port taken before the bind
         self.name = name
         self.cluster_port = cluster_port
         self.routes = routes or []
@@ -49,6 +50,17 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        for _ in range(5):
+            try:
+                self._start()
+            except PortTaken:
+                self.port = free_port()
+                continue
+            self._may_move = False  # a restart keeps its port: clients know it
+            return
+        raise RuntimeError("nats-server found no free port in five tries")
+
+    def _start(self) -> None:
         assert NATS_SERVER is not None
         args = [
             NATS_SERVER,
@@ -86,6 +98,10 @@ class NatsServer:
                 break
             time.sleep(0.02)
         log = self.log()[-2000:]
+        taken = f"127.0.0.1:{self.port}" in log and "address already in use" in log.lower()
+        if self._may_move and self.proc.poll() is not None and taken:
+            (self.directory / "nats.log").unlink()
+            raise PortTaken(self.port)
         raise RuntimeError(f"nats-server did not start on port {self.port}:\n{log}")
 
     def log(self) -> str:

@@ -29,6 +29,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(Exception):
+    """The free port chosen for a server was taken before it could bind it."""
+
+
 class RedisServer:
     """One redis-server process with an append-only file, so a restart keeps the data."""
 
@@ -36,6 +40,9 @@ class RedisServer:
         assert REDIS_SERVER is not None
         self.directory = directory
         self.port = port or free_port()
+        # A port chosen here may be taken by another process before the server binds
+        # it (a client's ephemeral port): the first start then tries another.
+        self._may_move = port is None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,6 +50,17 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, *, persist: bool = True, extra: list[str] | None = None) -> None:
+        for _ in range(5):
+            try:
+                self._start(persist=persist, extra=extra)
+            except PortTaken:
+                self.port = free_port()
+                continue
+            self._may_move = False  # a restart keeps its port: clients know it
+            return
+        raise RuntimeError("redis-server found no free port in five tries")
+
+    def _start(self, *, persist: bool, extra: list[str] | None) -> None:
         assert REDIS_SERVER is not None
         if extra is not None:
             self._extra = extra
@@ -79,6 +97,9 @@ class RedisServer:
                 break
             time.sleep(0.02)
         log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+        if self._may_move and self.proc.poll() is not None and "Address already in use" in log:
+            (self.directory / "redis.log").unlink()
+            raise PortTaken(self.port)
         raise RuntimeError(f"redis-server did not start on port {self.port}:\n{log}")
 
     def command(self, line: bytes) -> bytes:
