@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import toolstream as ts
@@ -431,3 +432,61 @@ def test_sessions_only_subscribed_to_are_swept_on_an_idle_bus() -> None:
     for sub in kept:
         sub.close()
     assert bus.sessions() == []
+
+
+async def test_every_way_of_reading_shares_one_cursor() -> None:
+    """``async for`` (left with ``break`` and entered again), ``anext``, ``batches()``
+    and ``take_nowait()`` on one subscription hand out each event once, in order, and
+    ``last_id`` is always the last one handed out."""
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s")
+    published = [progress(bus, current=i).id for i in range(40)]
+    seen: list[str] = []
+    async for event in sub:
+        seen.append(event.id)
+        assert sub.last_id == event.id
+        if len(seen) == 5:
+            break
+    seen.append((await anext(sub)).id)
+    assert sub.last_id == seen[-1]
+    async for event in sub:  # a second loop goes on where the first stopped
+        seen.append(event.id)
+        if len(seen) == 10:
+            break
+    batch = await anext(sub.batches())
+    seen += [e.id for e in batch]
+    assert sub.last_id == seen[-1]
+    more = [progress(bus, current=i).id for i in range(40, 45)]
+    async for event in sub:
+        seen.append(event.id)
+        break
+    seen += [e.id for e in sub.take_nowait()]
+    assert seen == published + more
+    assert sub.last_id == more[-1]
+    sub.close()
+
+
+async def test_leaving_a_loop_early_warns_about_nothing() -> None:
+    """A subscription's iterator left suspended (``break``) and dropped is collected
+    without the event loop's async generator hooks: no warning, under trio either."""
+    import warnings
+
+    bus = ts.EventBus()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            sub = bus.subscribe(session="s")
+            progress(bus)
+            progress(bus)
+            async for _event in sub:
+                break
+            del sub
+            gc.collect()
+            await anyio.lowlevel.checkpoint()
+        async with bus.subscribe(session="s") as kept:
+            progress(bus)
+            iterator = aiter(kept)
+            await anext(iterator)
+            del iterator
+            gc.collect()
+            await anyio.lowlevel.checkpoint()

@@ -18,9 +18,10 @@ subscription a feeder and a log of its own, filled by a reader task
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -45,6 +46,7 @@ from .wake import Waiter, checkpoint, current_backend, make_waiter
 __all__ = ["Feeder", "FeederStats", "Log", "Subscription", "coalesce", "wake_all"]
 
 E_co = TypeVar("E_co", bound=Event, covariant=True)
+T = TypeVar("T")
 
 _get_ident = threading.get_ident
 _MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
@@ -254,8 +256,7 @@ class Subscription(Generic[E_co]):
         self.types: tuple[type[Event], ...] = tuple(types)
         self.buffer = buffer
         self.overflow = overflow
-        #: Id of the newest event this subscription delivered: resume with ``after=`` it.
-        self.last_id: str | None = None
+        self._last_id: str | None = None  # before the buffer's delivered part
         #: Events merged away by coalescing.
         self.coalesced = 0
         #: Where the subscription starts (final once :meth:`prepare` returned).
@@ -268,8 +269,10 @@ class Subscription(Generic[E_co]):
         self._cursor = 0
         self._replay_end = 0
         self._pending: list[StreamReset] = []  # resets due before the next slice
+        # Events taken from the bus: ``_buf``, delivered up to where ``_it`` stands (every
+        # way of reading shares the iterator; its length hint says how many are left).
         self._buf: list[Any] = []
-        self._buf_i = 0
+        self._it: Iterator[Any] = iter(self._buf)
         self._cut = False
         self._done = False
         self._closed = False
@@ -280,6 +283,16 @@ class Subscription(Generic[E_co]):
             f"<Subscription session={self.session!r} run={self.run!r} "
             f"last_id={self.last_id!r} closed={self.closed}>"
         )
+
+    @property
+    def last_id(self) -> str | None:
+        """Id of the newest event this subscription delivered: resume with ``after=`` it."""
+        buf = self._buf
+        if buf:
+            done = len(buf) - _left(self._it)
+            if done:
+                return buf[done - 1].id  # type: ignore[no-any-return]
+        return self._last_id
 
     # -- where it starts ------------------------------------------------------------------
 
@@ -498,7 +511,7 @@ class Subscription(Generic[E_co]):
             if batch is None:
                 return False
             if batch:
-                self._buf, self._buf_i = batch, 0
+                self._park(batch)
                 await checkpoint(backend)
                 return True
             waiter = make_waiter(backend)
@@ -508,11 +521,17 @@ class Subscription(Generic[E_co]):
             if batch:
                 # Data arrived between the two takes; the registration is harmless.
                 self._discard(waiter)
-                self._buf, self._buf_i = batch, 0
+                self._park(batch)
                 return True
             await waiter.wait(functools.partial(self._discard, waiter))
-            if self._buf_i < len(self._buf):  # pragma: no cover - defensive
+            if _left(self._it):  # pragma: no cover - defensive
                 return True
+
+    def _park(self, batch: list[Any]) -> None:
+        """Put ``batch`` in the buffer, remembering the last id delivered from the old."""
+        self._last_id = self.last_id
+        self._buf = batch
+        self._it = iter(batch)
 
     def _discard(self, waiter: Waiter) -> None:
         with self._feeder.lock:
@@ -526,35 +545,66 @@ class Subscription(Generic[E_co]):
         Raises ``SlowConsumer`` if the subscription was cut. For consumers that poll
         from a thread, and for tests.
         """
-        out: list[Any] = []
-        if self._buf_i < len(self._buf):
-            out = self._buf[self._buf_i :]
-            self._buf, self._buf_i = [], 0
+        out: list[Any] = list(self._it)
+        self._park([])
         more = self._take(None)
         if more:
             out.extend(more)
         if out:
-            self.last_id = out[-1].id
+            self._last_id = out[-1].id
         return out
 
-    def __aiter__(self) -> Self:
-        return self
+    def __aiter__(self) -> AsyncIterator[E_co]:
+        # ``async for event in sub`` runs this async generator: resuming a suspended
+        # generator costs about half of a fresh ``__anext__`` coroutine per event. It
+        # shares the buffer with ``__anext__``, ``batches()`` and ``take_nowait()``.
+        return _no_finalizer(self._events())
+
+    async def _events(self) -> AsyncGenerator[E_co, None]:
+        while True:
+            for event in self._it:
+                yield event
+            if not await self._fill():
+                return
 
     async def __anext__(self) -> E_co:
-        i = self._buf_i
-        if i >= len(self._buf):
-            if not await self._fill():
-                raise StopAsyncIteration
-            i = 0
-        event = self._buf[i]
-        self._buf_i = i + 1
-        self.last_id = event.id
-        return event  # type: ignore[no-any-return]
+        # ``anext(sub)``: the next event from the shared iterator (``last_id`` is read
+        # from where it stands when asked for).
+        for event in self._it:
+            return event  # type: ignore[no-any-return]
+        if not await self._fill():
+            raise StopAsyncIteration
+        return next(self._it)  # type: ignore[no-any-return]
 
     def batches(self) -> AsyncIterator[list[E_co]]:
         """Iterate lists of events: everything available at each wake-up (transports
         write one list with one send)."""
         return _Batches(self)
+
+
+def _left(it: Iterator[Any]) -> int:
+    """How many events of the buffer an iterator over it has not handed out yet."""
+    return it.__length_hint__()  # type: ignore[attr-defined,no-any-return]
+
+
+def _no_finalizer(agen: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
+    """``agen``, opted out of the event loop's async generator hooks.
+
+    A subscription's iterator holds nothing to clean up: left suspended (a ``break``
+    out of ``async for``) it can simply be dropped. With the loop's finalizer hook,
+    trio would warn about every such generator and asyncio would schedule its
+    ``aclose()``; without it, the generator closes at once when collected. The hooks
+    are taken on a generator's first step, so that step is made here with none
+    installed (hooks are per thread; the step only starts ``__anext__``)."""
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    if firstiter is None and finalizer is None:
+        return agen
+    sys.set_asyncgen_hooks(firstiter=None, finalizer=None)
+    try:
+        agen.__anext__()  # type: ignore[unused-coroutine]  # only the hooks are taken
+    finally:
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
+    return agen
 
 
 class _Batches(Generic[E_co]):
@@ -568,9 +618,12 @@ class _Batches(Generic[E_co]):
 
     async def __anext__(self) -> list[E_co]:
         sub = self._sub
-        if sub._buf_i >= len(sub._buf) and not await sub._fill():
+        if not _left(sub._it) and not await sub._fill():
             raise StopAsyncIteration
-        batch = sub._buf[sub._buf_i :]
-        sub._buf, sub._buf_i = [], 0
-        sub.last_id = batch[-1].id
+        # Taken through the shared iterator: a suspended ``async for`` over the same
+        # subscription must not hand these out again.
+        batch = list(sub._it)
+        sub._buf = []
+        sub._it = iter(sub._buf)
+        sub._last_id = batch[-1].id
         return batch
