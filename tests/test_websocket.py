@@ -510,3 +510,81 @@ def test_clients_closing_at_any_point_log_no_error(ws_impl: str, framework: bool
         stop.set()
         logging.getLogger("uvicorn.error").removeHandler(errors)
     assert [r.getMessage() for r in errors.records] == []
+
+
+def _read_events(ws: Connection, count: int) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Read until ``count`` event messages arrived; (the events, the raw messages)."""
+    events: list[dict[str, Any]] = []
+    raw: list[Any] = []
+    deadline = time.monotonic() + 10
+    while len(events) < count:
+        parsed = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        raw.append(parsed)
+        for message in parsed if isinstance(parsed, list) else [parsed]:
+            if message.get("op") == "event":
+                events.append(message)
+    return events, raw
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_the_batch_subprotocol_sends_events_in_arrays(
+    bus: ts.EventBus, server: Served, batched: bool
+) -> None:
+    """Offered ``toolstream.batch``, a client gets several events per message (JSON
+    arrays, in order, nothing lost or doubled); not offered, one object per message."""
+    from websockets.typing import Subprotocol
+
+    from toolstream.websocket import BATCH_SUBPROTOCOL
+
+    offered = [Subprotocol(BATCH_SUBPROTOCOL)] if batched else None
+    with connect(ws_url(server), subprotocols=offered) as ws:
+        assert ws.subprotocol == (BATCH_SUBPROTOCOL if batched else None)
+        send(ws, op="subscribe", session="s")
+        assert recv(ws)["op"] == "subscribed"
+        call = ts.Tracker(bus, "s").create("t")
+        call.start()
+        for i in range(500):
+            call.progress(current=i)
+        call.complete("done")
+        events, raw = _read_events(ws, 1 + 2 + 500 + 1)  # reset, created, started, ..., done
+        arrays = [m for m in raw if isinstance(m, list)]
+        if batched:
+            assert arrays and max(len(a) for a in arrays) > 1, "several events per message"
+            assert all(m.get("op") == "event" for a in arrays for m in a)
+        else:
+            assert not arrays
+        kinds = [m["event"] for m in events]
+        assert kinds[0] == "stream.reset" and kinds[-1] == "tool.completed"
+        progress = [m["data"]["current"] for m in events if m["event"] == "tool.progress"]
+        assert progress == list(range(500))
+        seqs = [int(m["id"].rpartition("-")[2]) for m in events[1:]]
+        assert seqs == sorted(set(seqs)), "in order, nothing twice"
+        send(ws, op="ping", id=7)  # other messages stay single objects
+        assert recv(ws) == {"op": "pong", "id": 7}
+
+
+def test_a_batch_stays_under_its_size_cap(bus: ts.EventBus, server: Served) -> None:
+    from websockets.typing import Subprotocol
+
+    from toolstream.websocket import BATCH_SUBPROTOCOL
+    from toolstream.websocket._app import BATCH_CHARS
+
+    big = "x" * 40_000
+    with connect(
+        ws_url(server), subprotocols=[Subprotocol(BATCH_SUBPROTOCOL)], max_size=None
+    ) as ws:
+        send(ws, op="subscribe", session="s")
+        assert recv(ws)["op"] == "subscribed"
+        call = ts.Tracker(bus, "s").create("t")
+        call.start()
+        sizes: list[int] = []
+        for i in range(30):
+            call.progress(current=i, message=big)
+        events, raw = _read_events(ws, 1 + 2 + 30)
+        for message in raw:
+            text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+            sizes.append(len(text))
+        assert max(sizes) <= BATCH_CHARS + 1_000, sizes
+        assert sum(isinstance(m, list) for m in raw) >= 3, "split into several batches"
+        progress = [m["data"]["current"] for m in events if m["event"] == "tool.progress"]
+        assert progress == list(range(30))

@@ -69,6 +69,14 @@ class Sink:
         """Handle ``event``: None when done at once, else what to await."""
         return self._handle(event)
 
+    async def _deliver(self, batch: list[ts.Event]) -> None:
+        """Handle a batch, event by event, in order."""
+        for event in batch:
+            pending = self._dispatch(event)
+            if pending is not None:
+                await pending
+            self.delivered += 1
+
     async def _consume(self, sub: ts.Subscription[Any]) -> None:
         while True:
             try:
@@ -77,11 +85,7 @@ class Sink:
                     # no coroutine per event. ``last_id`` moves a batch at a time, after
                     # the previous batch was handled, so a resume repeats nothing.
                     async for batch in sub.batches():
-                        for event in batch:
-                            pending = self._dispatch(event)
-                            if pending is not None:
-                                await pending
-                            self.delivered += 1
+                        await self._deliver(batch)
                 return
             except ts.SlowConsumer as exc:
                 # This sink's callbacks are slower than the events: resume where it was.
@@ -130,6 +134,20 @@ class CallbackSink(Sink):
 
     def _dispatch(self, event: ts.Event) -> Awaitable[None] | None:
         return self._invoke(self.callback, event)
+
+    async def _deliver(self, batch: list[ts.Event]) -> None:
+        # The hot path: the callback called inline, its failure isolated, its result
+        # awaited only if it is awaitable (what ``_invoke`` does, without a call per event).
+        callback = self.callback
+        for event in batch:
+            try:
+                result = callback(event)
+            except Exception:
+                self._failed(callback)
+            else:
+                if result is not None and inspect.isawaitable(result):
+                    await self._awaited(result, callback)
+            self.delivered += 1
 
     async def __aenter__(self) -> CallbackSink:
         await super().__aenter__()

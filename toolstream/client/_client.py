@@ -297,11 +297,17 @@ class WebSocketClient(_Client):
         """Every frame, across reconnections."""
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+        from websockets.typing import Subprotocol
 
         while True:
             reason = "the socket closed"
             try:
-                async with connect(self.url, additional_headers=self.headers, max_size=None) as ws:
+                async with connect(
+                    self.url,
+                    additional_headers=self.headers,
+                    max_size=None,
+                    subprotocols=[Subprotocol("toolstream.batch")],  # events in arrays
+                ) as ws:
                     request: dict[str, Any] = {"op": "subscribe", "session": self.session}
                     for key, value in (
                         ("after", self.last_id),
@@ -312,23 +318,27 @@ class WebSocketClient(_Client):
                             request[key] = value
                     await ws.send(json.dumps(request))
                     async for text in ws:
-                        message = json.loads(text)
-                        op = message.get("op")
-                        if op == "ping":
-                            await ws.send('{"op":"pong"}')
-                        elif op == "subscribed":
-                            self._connected()
-                        elif op == "event":
-                            self.last_id = message["id"]
-                            data = message.get("raw") if "raw" in message else message.get("data")
-                            yield Frame(id=message["id"], event=message.get("event"), data=data)
-                        elif op == "error":
-                            raise ts.ToolstreamError(
-                                f"{self.url}: {message.get('code')}: {message.get('message')}"
-                            )
-                        elif op == "unsubscribed":
-                            self._set_status(ConnectionStatus("ended"))
-                            return  # a run subscription ended
+                        parsed = json.loads(text)
+                        # A batch (the subprotocol accepted) is an array of messages.
+                        for message in parsed if isinstance(parsed, list) else (parsed,):
+                            op = message.get("op")
+                            if op == "event":
+                                self.last_id = message["id"]
+                                data = (
+                                    message.get("raw") if "raw" in message else message.get("data")
+                                )
+                                yield Frame(id=message["id"], event=message.get("event"), data=data)
+                            elif op == "ping":
+                                await ws.send('{"op":"pong"}')
+                            elif op == "subscribed":
+                                self._connected()
+                            elif op == "error":
+                                raise ts.ToolstreamError(
+                                    f"{self.url}: {message.get('code')}: {message.get('message')}"
+                                )
+                            elif op == "unsubscribed":
+                                self._set_status(ConnectionStatus("ended"))
+                                return  # a run subscription ended
             except InvalidStatus as exc:
                 code = exc.response.status_code
                 if code < 500:

@@ -8,6 +8,6 @@
 
 from __future__ import annotations
 
-from ._app import CLOSE_CODES, WebSocketApp
+from ._app import BATCH_SUBPROTOCOL, CLOSE_CODES, WebSocketApp
 
-__all__ = ["CLOSE_CODES", "WebSocketApp"]
+__all__ = ["BATCH_SUBPROTOCOL", "CLOSE_CODES", "WebSocketApp"]

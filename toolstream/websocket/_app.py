@@ -30,7 +30,15 @@ from toolstream.dialects._pump import FrameCache, Pump
 
 logger = logging.getLogger("toolstream.websocket")
 
-__all__ = ["CLOSE_CODES", "WebSocketApp"]
+__all__ = ["BATCH_SUBPROTOCOL", "CLOSE_CODES", "WebSocketApp"]
+
+#: The WebSocket subprotocol a client offers to receive a session's events batched: a
+#: JSON array of ``event`` messages in one WebSocket message (see docs/websocket.md).
+BATCH_SUBPROTOCOL = "toolstream.batch"
+
+#: The most characters of events one batched message carries (below 1 MiB in UTF-8:
+#: the default limit of the ``websockets`` client); a larger event goes alone.
+BATCH_CHARS = 196_608
 
 #: Close codes and what they mean.
 CLOSE_CODES: dict[int, str] = {
@@ -69,6 +77,24 @@ def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = F
     return value
 
 
+def _batched(texts: list[str]) -> list[str]:
+    """``texts`` (JSON objects) joined into JSON arrays of at most :data:`BATCH_CHARS`
+    characters each (one text longer than that stays alone), in order."""
+    if sum(map(len, texts)) + len(texts) < BATCH_CHARS:
+        return ["[" + ",".join(texts) + "]"]
+    out: list[str] = []
+    group: list[str] = []
+    size = 0
+    for text in texts:
+        if group and size + len(text) + 1 > BATCH_CHARS:
+            out.append("[" + ",".join(group) + "]")
+            group, size = [], 0
+        group.append(text)
+        size += len(text) + 1
+    out.append("[" + ",".join(group) + "]")
+    return out
+
+
 class WSFormat:
     """Frames as this protocol's ``event`` messages for one session."""
 
@@ -104,6 +130,10 @@ class WebSocketApp:
     or an ``error``: ``not_found``, ``already_resolved``, ``expired``, ``forbidden``,
     ``invalid``), ``{"op": "ping"}``
     (and ``{"op": "pong"}`` in answer to the server's pings).
+
+    A client that offers the subprotocol ``toolstream.batch`` (:data:`BATCH_SUBPROTOCOL`)
+    in its handshake gets each session's events as JSON arrays of ``event`` messages,
+    several per WebSocket message; every other message stays a single object.
 
     Server → client: ``subscribed`` (once the subscription is active), ``event``
     (``session``, ``id``, ``data``: the dialect's payload, and ``event``/``raw`` when the
@@ -192,8 +222,12 @@ class WebSocketApp:
         if principal is None:
             await self._refuse(send, 4401)
             return
-        await send({"type": "websocket.accept"})
-        await _Connection(self, principal, receive, send).run()
+        batch = BATCH_SUBPROTOCOL in scope.get("subprotocols", ())
+        accept: dict[str, Any] = {"type": "websocket.accept"}
+        if batch:
+            accept["subprotocol"] = BATCH_SUBPROTOCOL
+        await send(accept)
+        await _Connection(self, principal, receive, send, batch=batch).run()
 
     async def _refuse(self, send: serving.Send, code: int) -> None:
         # Accept, then close with the code: browsers see why (a refused handshake is
@@ -206,13 +240,22 @@ class _Connection:
     """One socket: its subscriptions, its reader, its keepalive."""
 
     def __init__(
-        self, app: WebSocketApp, principal: Any, receive: serving.Receive, send: serving.Send
+        self,
+        app: WebSocketApp,
+        principal: Any,
+        receive: serving.Receive,
+        send: serving.Send,
+        *,
+        batch: bool = False,
     ) -> None:
         self.app = app
+        #: Whether the client asked for batched events (the batch subprotocol).
+        self.batch = batch
         self.principal = principal
         self.receive = receive
         self._send = send
-        self.lock = anyio.Lock()
+        # Uncontended (the usual case) it is taken without a trip through the loop.
+        self.lock = anyio.Lock(fast_acquire=True)
         self.subs: dict[str, anyio.CancelScope] = {}
         self.last_heard = time.monotonic()
         self.close_code: int | None = None
@@ -227,6 +270,24 @@ class _Connection:
         async with self.lock:
             try:
                 await self._send({"type": "websocket.send", "text": text})
+            except Exception as exc:  # servers differ: OSError, ClientDisconnected...
+                logger.debug("a WebSocket client went away while being sent to: %r", exc)
+                self.disconnected = True
+                self.scope.cancel()
+                raise _Gone from None
+
+    async def send_texts(self, texts: list[str]) -> None:
+        """Send several messages in order under one hold of the lock (a pump's chunk:
+        no other message can come between them)."""
+        if self.disconnected:
+            raise _Gone
+        if self.batch and len(texts) > 1:
+            texts = _batched(texts)
+        send = self._send
+        async with self.lock:
+            try:
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text})
             except Exception as exc:  # servers differ: OSError, ClientDisconnected...
                 logger.debug("a WebSocket client went away while being sent to: %r", exc)
                 self.disconnected = True
@@ -414,8 +475,8 @@ class _Connection:
             with scope:
                 async with aclosing(pump.chunks()) as chunks:
                     async for chunk in chunks:
-                        for text in chunk or ():
-                            await self.send_text(text)
+                        if chunk:
+                            await self.send_texts(chunk)
                 if self.subs.get(session) is scope:
                     del self.subs[session]
                     await self.send({"op": "unsubscribed", "session": session, "reason": "ended"})

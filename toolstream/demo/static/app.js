@@ -344,7 +344,8 @@ function openWS() {
   let ws = null, closed = false, delay = 250;
   const waiting = new Map();   // approval id -> [resolve, reject] of a decision sent
   const connect = () => {
-    ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
+    // Offering "toolstream.batch": the server may send several events in one message.
+    ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`, ["toolstream.batch"]);
     ws.onopen = () => {
       delay = 250;
       const sub = {op: "subscribe", session: SESSION};
@@ -352,14 +353,17 @@ function openWS() {
       ws.send(JSON.stringify(sub));
       setStatus("live (WebSocket)", "live");
     };
-    ws.onmessage = (m) => {
-      const msg = JSON.parse(m.data);
+    const handle = (msg) => {
       if (msg.op === "ping") ws.send('{"op":"pong"}');
       else if (msg.op === "event") onEvent(msg.data);
       else if ((msg.op === "approved" || msg.op === "error") && waiting.has(msg.approval_id)) {
         const [ok, fail] = waiting.get(msg.approval_id); waiting.delete(msg.approval_id);
         if (msg.op === "approved") ok(); else fail(new Error(refusal(msg.code, msg.message)));
       }
+    };
+    ws.onmessage = (m) => {
+      const parsed = JSON.parse(m.data);
+      for (const msg of Array.isArray(parsed) ? parsed : [parsed]) handle(msg);   // a batch: an array
     };
     ws.onclose = () => {
       if (closed) return;
