@@ -1,7 +1,9 @@
 """``python -m benchmarks`` (``make bench``): run every benchmark, write the report.
 
 Writes ``benchmarks/results.json`` and the generated part of ``docs/benchmarks.md``
-(between the ``<!-- results -->`` markers). ``--quick`` uses tiny sizes.
+(between the ``<!-- results -->`` markers). ``--quick`` uses tiny sizes; ``--only
+bus,websocket`` runs those suites and keeps the others' last results (each suite's date
+is recorded).
 """
 
 from __future__ import annotations
@@ -67,23 +69,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--only",
+        help="comma-separated suites to run (the others keep their results): "
+        + ",".join(key for key, _ in SUITES),
+    )
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"machine": machine()}
+    chosen = [key for key, _ in SUITES]
+    results: dict[str, Any] = {}
+    saved = ROOT / "benchmarks" / "results.json"
+    if args.only:
+        chosen = [key.strip() for key in args.only.split(",") if key.strip()]
+        unknown = sorted(set(chosen) - {key for key, _ in SUITES})
+        if unknown:
+            parser.error(f"unknown suites {unknown}")
+        results = json.loads(saved.read_text()) if saved.exists() else {}
+    env = results["machine"] = machine()
+    dates = results.setdefault("measured", {})
     for key, suite in SUITES:
-        results[key] = suite.run(quick=args.quick)
-    env = results["machine"]
+        if key in chosen:
+            results[key] = suite.run(quick=args.quick)
+            dates[key] = env["date"]
+    missing = [key for key, _ in SUITES if key not in results]
+    if missing:
+        parser.error(f"no results yet for {missing}: run them (--only {','.join(missing)})")
+    older = {key: day for key, day in dates.items() if day != env["date"]}
     text = (
         f"Measured {env['date']} on {env['platform']}, {env['cpus']} CPUs, "
         f"{env['implementation']} {env['python']}"
         + (" (quick smoke run: sizes too small to mean anything)." if args.quick else ".")
+        + (
+            " Suites not re-run since: "
+            + ", ".join(f"{key} {day}" for key, day in sorted(older.items()))
+            + "."
+            if older
+            else ""
+        )
         + "\n\n"
         + "\n".join(suite.report(results[key]) for key, suite in SUITES)
     )
     print(text)
-    if not args.no_write and not args.quick:
+    if not args.no_write and not args.quick and "scaling" in chosen:
         bench_scaling.plot(results["scaling"], ROOT / "docs" / "images")
     if not args.no_write:
-        (ROOT / "benchmarks" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        saved.write_text(json.dumps(results, indent=2) + "\n")
         doc = ROOT / "docs" / "benchmarks.md"
         current = doc.read_text()
         if START in current and END in current:

@@ -72,14 +72,14 @@ async def drain_raw(receive: Any, events: int) -> int:
     return n
 
 
-def interleaved(
+def alternate(
     a: Callable[[], Awaitable[float] | float],
     b: Callable[[], Awaitable[float] | float],
     rounds: int,
     backend: str,
-) -> tuple[float, float]:
-    """Median results of ``a`` and ``b`` (a number, or an awaitable of one, run on
-    ``backend``), measured A B A B so a noisy neighbour hurts both alike."""
+) -> tuple[list[float], list[float]]:
+    """The per-round results of ``a`` and ``b`` (a number, or an awaitable of one, run
+    on ``backend``), measured A B A B so a noisy neighbour hurts both alike."""
     ta: list[float] = []
     tb: list[float] = []
 
@@ -97,4 +97,26 @@ def interleaved(
     for _ in range(rounds):
         ta.append(run(a))
         tb.append(run(b))
-    return statistics.median(ta), statistics.median(tb)
+    return ta, tb
+
+
+def compare(num: list[float], den: list[float], key: str = "ratio") -> dict[str, float]:
+    """The ratio ``num / den`` of two alternated series, estimated honestly: the median
+    of the per-round ratios (``<key>``, what the reports show), the ratio of the
+    medians (``<key>_of_medians``) and the spread of the per-round ratios
+    (``<key>_min``, ``<key>_max``)."""
+    ratios = [n / d for n, d in zip(num, den, strict=True)]
+    return {
+        key: statistics.median(ratios),
+        f"{key}_of_medians": statistics.median(num) / statistics.median(den),
+        f"{key}_min": min(ratios),
+        f"{key}_max": max(ratios),
+    }
+
+
+def shown(row: dict[str, Any], key: str = "ratio") -> str:
+    """A ratio for a report: the median of per-round ratios in bold, the range of the
+    rounds after it, e.g. ``**1.42x** (1.38-1.45)`` (with the real signs)."""
+    low, high = row.get(f"{key}_min"), row.get(f"{key}_max")
+    spread = "" if low is None or high is None else f" ({low:.2f}–{high:.2f})"
+    return f"**{row[key]:.2f}×**{spread}"

@@ -10,6 +10,7 @@ all callbacks together; ratio > 1: toolstream faster.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from functools import partial
 from typing import Any
@@ -18,7 +19,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 import toolstream as ts
-from benchmarks._common import BURST, interleaved, publish_progress, running_call
+from benchmarks._common import BURST, alternate, compare, publish_progress, running_call, shown
 from toolstream.callback import CallbackSink
 
 
@@ -88,7 +89,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for backend in ("asyncio", "trio"):
         for callbacks in (1, 10, 100):
             events = (640 if quick else 64_000) // max(1, callbacks // 10)
-            a, b = interleaved(
+            a, b = alternate(
                 partial(toolstream_run, callbacks, events),
                 partial(pyee_run, callbacks, events),
                 rounds,
@@ -99,9 +100,9 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                     "backend": backend,
                     "callbacks": callbacks,
                     "events": events,
-                    "toolstream_per_s": a,
-                    "pyee_per_s": b,
-                    "ratio": a / b,
+                    "toolstream_per_s": statistics.median(a),
+                    "pyee_per_s": statistics.median(b),
+                    **compare(a, b),
                 }
             )
     return {"rows": results}
@@ -114,7 +115,8 @@ def report(results: dict[str, Any]) -> str:
         "Deliveries per second to all callbacks together. pyee runs every listener inside",
         "`emit`, on the publisher's stack, with pre-built events; each toolstream sink runs",
         "its callback in a task of its own, isolated from the publisher and from the other",
-        "sinks, with events built and checked by a Tracker.",
+        "sinks, with events built and checked by a Tracker. The ratio is the median of the",
+        "per-round ratios, their range in brackets.",
         "",
         "| backend | callbacks | toolstream deliveries/s | pyee deliveries/s | **ratio** |",
         "|---|---:|---:|---:|---:|",
@@ -122,7 +124,7 @@ def report(results: dict[str, Any]) -> str:
     for row in results["rows"]:
         lines.append(
             f"| {row['backend']} | {row['callbacks']} | {row['toolstream_per_s']:,.0f} "
-            f"| {row['pyee_per_s']:,.0f} | **{row['ratio']:.2f}×** |"
+            f"| {row['pyee_per_s']:,.0f} | {shown(row)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,7 @@ Plots go to docs/images/bench-*.png (``plot()``), the numbers to results.json.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from functools import partial
 from pathlib import Path
@@ -26,10 +27,12 @@ from benchmarks import bench_bus
 from benchmarks._common import (
     BURST,
     Countdown,
+    alternate,
+    compare,
     drain_batches,
     drain_raw,
-    interleaved,
     running_call,
+    shown,
 )
 
 
@@ -159,6 +162,16 @@ def _growth(xs: list[int], ours: list[float], *, per_byte: bool = False) -> list
     return notes
 
 
+def _row(x: int, ours: list[float], raw: list[float]) -> dict[str, Any]:
+    """A point of a curve: medians of the alternated rounds and their ratio."""
+    return {
+        "x": x,
+        "toolstream_per_s": statistics.median(ours),
+        "raw_per_s": statistics.median(raw),
+        **compare(ours, raw),
+    }
+
+
 def run(*, quick: bool = False) -> dict[str, Any]:
     rounds = 1 if quick else 3
     curves: dict[str, Any] = {}
@@ -176,39 +189,35 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         async def raw_s(s: int = s, events: int = events) -> float:
             return s * events / await bench_bus.fanout_raw(s, events, drain=True)
 
-        a, b = interleaved(ours_s, raw_s, rounds, "asyncio")
-        rows.append({"x": s, "toolstream_per_s": a, "raw_per_s": b})
+        rows.append(_row(s, *alternate(ours_s, raw_s, rounds, "asyncio")))
     curves["subscribers"] = rows
 
     sizes = [100, 4096] if quick else [100, 1024, 4096, 16384, 32768]
     rows = []
     for size in sizes:
         events = 640 if quick else max(2_048, 40_960 * 100 // size // 64 * 64)
-        a, b = interleaved(
+        a, b = alternate(
             partial(payload_toolstream, size, events),
             partial(payload_raw, size, events),
             rounds,
             "asyncio",
         )
-        rows.append({"x": size, "toolstream_per_s": a, "raw_per_s": b})
+        rows.append(_row(size, a, b))
     curves["payload"] = rows
 
     counts = [1, 100] if quick else [1, 10, 100, 1000, 10000]
     rows = []
     for n in counts:
         events = 1_000 if quick else 100_000
-        a, b = interleaved(
+        a, b = alternate(
             partial(sessions_toolstream, n, events),
             partial(sessions_raw, n, events),
             rounds,
             "asyncio",
         )
-        rows.append({"x": n, "toolstream_per_s": a, "raw_per_s": b})
+        rows.append(_row(n, a, b))
     curves["sessions"] = rows
 
-    for rows in curves.values():
-        for row in rows:
-            row["ratio"] = row["toolstream_per_s"] / row["raw_per_s"]
     return {
         "curves": curves,
         "growth": {
@@ -279,7 +288,7 @@ def report(results: dict[str, Any]) -> str:
         for r in rows:
             lines.append(
                 f"| {r['x']:,} | {r['toolstream_per_s']:,.0f} | {r['raw_per_s']:,.0f} "
-                f"| **{r['ratio']:.2f}×** |"
+                f"| {shown(r)} |"
             )
         growth = results["growth"][name]
         lines += [

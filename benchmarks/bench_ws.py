@@ -10,24 +10,36 @@ import statistics
 import time
 from typing import Any
 
+from benchmarks._common import compare, shown
 from benchmarks._processes import cpu_seconds, start_server
 
-KINDS = ("toolstream", "broadcast")
+#: toolstream with a client offering the batch subprotocol, toolstream with one event per
+#: message (a client that does not offer it), and the hand-rolled broadcast server.
+KINDS = ("toolstream", "single", "broadcast")
 
 
-async def _client(url: str, events: int) -> tuple[int, float, float]:
+async def _client(url: str, events: int, batch: bool) -> tuple[int, float, float]:
     from websockets.asyncio.client import connect
+    from websockets.typing import Subprotocol
 
     got = 0
     first = last = 0.0
-    async with connect(url, max_size=None, ping_interval=None) as ws:
+    # The client counts the events in each message; offered the batch subprotocol,
+    # toolstream accepts it, the broadcast server declines it.
+    async with connect(
+        url,
+        max_size=None,
+        ping_interval=None,
+        subprotocols=[Subprotocol("toolstream.batch")] if batch else None,
+    ) as ws:
         await ws.send(json.dumps({"op": "subscribe", "session": "bench"}))
         async for message in ws:
-            if '"tool.progress"' in message:
+            n = message.count('"tool.progress"')  # type: ignore[arg-type]
+            if n:
                 now = time.perf_counter()
                 if not got:
                     first = now
-                got += 1
+                got += n
                 last = now
                 if got >= events:
                     break
@@ -35,13 +47,17 @@ async def _client(url: str, events: int) -> tuple[int, float, float]:
 
 
 def run_once(kind: str, clients: int, events: int) -> dict[str, float]:
-    server, port = start_server("benchmarks.ws_server", kind, str(clients), str(events))
+    server_kind = "toolstream" if kind == "single" else kind
+    server, port = start_server("benchmarks.ws_server", server_kind, str(clients), str(events))
     try:
         cpu_before = cpu_seconds(server.pid)
 
         async def go() -> list[tuple[int, float, float]]:
             return await asyncio.gather(
-                *(_client(f"ws://127.0.0.1:{port}/", events) for _ in range(clients))
+                *(
+                    _client(f"ws://127.0.0.1:{port}/", events, kind != "single")
+                    for _ in range(clients)
+                )
             )
 
         reads = asyncio.run(go())
@@ -69,8 +85,20 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         for kind in KINDS:
             for key in samples[kind][0]:
                 row[f"{kind}_{key}"] = statistics.median(s[key] for s in samples[kind])
-        row["throughput_ratio"] = row["toolstream_events_per_s"] / row["broadcast_events_per_s"]
-        row["cpu_ratio"] = row["toolstream_cpu_us_per_event"] / row["broadcast_cpu_us_per_event"]
+        ours, peer = samples["toolstream"], samples["broadcast"]
+        row |= compare(
+            [s["events_per_s"] for s in samples["single"]],
+            [s["events_per_s"] for s in peer],
+            "single_ratio",
+        )
+        row |= compare(
+            [s["events_per_s"] for s in ours], [s["events_per_s"] for s in peer], "throughput_ratio"
+        )
+        row |= compare(
+            [s["cpu_us_per_event"] for s in ours],
+            [s["cpu_us_per_event"] for s in peer],
+            "cpu_ratio",
+        )
         results[name] = row
     return results
 
@@ -81,17 +109,24 @@ def report(results: dict[str, Any]) -> str:
         "",
         "The same tracked events; the peer is a websockets server that serializes each event",
         "once and broadcasts it (the hand-rolled design). toolstream runs under uvicorn.",
+        "*batched*: the client offers the `toolstream.batch` subprotocol (each wake-up's",
+        "events in one message; the broadcast server declines it and sends one message per",
+        "event); *single*: it does not (one event per message, like the peer). Ratios: the",
+        "median of the per-round ratios, their range in brackets.",
         "",
-        "| scenario | toolstream ev/s | broadcast ev/s | **throughput** | toolstream CPU µs/ev "
+        "| scenario | toolstream batched ev/s | toolstream single ev/s | broadcast ev/s "
+        "| **batched vs broadcast** | **single vs broadcast** | toolstream batched CPU µs/ev "
         "| broadcast CPU µs/ev | **CPU** |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in results.items():
         lines.append(
             f"| {name} | {row['toolstream_events_per_s']:,.0f} "
+            f"| {row['single_events_per_s']:,.0f} "
             f"| {row['broadcast_events_per_s']:,.0f} "
-            f"| **{row['throughput_ratio']:.2f}×** | {row['toolstream_cpu_us_per_event']:.1f} "
-            f"| {row['broadcast_cpu_us_per_event']:.1f} | **{row['cpu_ratio']:.2f}×** |"
+            f"| {shown(row, 'throughput_ratio')} | {shown(row, 'single_ratio')} "
+            f"| {row['toolstream_cpu_us_per_event']:.1f} "
+            f"| {row['broadcast_cpu_us_per_event']:.1f} | {shown(row, 'cpu_ratio')} |"
         )
     return "\n".join(lines) + "\n"
 

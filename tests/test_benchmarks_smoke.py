@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks import bench_bus
 
 
@@ -13,7 +15,20 @@ def test_bus_benchmark_runs_and_reports() -> None:
     assert len(results["fanout"]) == 8
     assert "Item by item" in report and "cost ratio" in report
     for row in results["fanout"]:
-        assert row["vs_item"] > 0 and row["vs_drain"] > 0
+        assert row["vs_item"] > 0 and row["vs_drain"] > 0 and row["item_vs_drain"] > 0
+        # the honest estimator: median of per-round ratios, ratio of medians, spread
+        assert row["vs_item_min"] <= row["vs_item"] <= row["vs_item_max"]
+        assert row["vs_item_of_medians"] > 0
+    assert "item vs draining" in report
+
+
+def test_one_suite_can_be_run_again_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--only`` runs the named suites and reports the others from results.json."""
+    from benchmarks.__main__ import main
+
+    assert main(["--quick", "--no-write", "--only", "callbacks"]) == 0
+    out = capsys.readouterr().out
+    assert "CallbackSink vs pyee" in out and "WebSocket" in out
 
 
 def test_sse_benchmark_runs_and_reports() -> None:
@@ -37,6 +52,8 @@ def test_websocket_benchmark_runs_and_reports() -> None:
     results = bench_ws.run(quick=True)
     assert set(results) == {"1 client", "100 clients"}
     assert "broadcast" in bench_ws.report(results)
+    for row in results.values():
+        assert row["throughput_ratio"] > 0 and row["single_ratio"] > 0
 
 
 def test_redis_benchmark_runs_and_reports() -> None:
