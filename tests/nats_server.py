@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.redis_server import PortTaken, free_port
+from tests.redis_server import PortTaken, free_port, start_on_a_free_port
 
 NATS_SERVER = shutil.which("nats-server") or (
     "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
@@ -50,15 +50,7 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        for _ in range(5):
-            try:
-                self._start()
-            except PortTaken:
-                self.port = free_port()
-                continue
-            self._may_move = False  # a restart keeps its port: clients know it
-            return
-        raise RuntimeError("nats-server found no free port in five tries")
+        start_on_a_free_port(self, self._start)
 
     def _start(self) -> None:
         assert NATS_SERVER is not None

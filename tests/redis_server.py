@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,20 @@ class PortTaken(Exception):
     """The free port chosen for a server was taken before it could bind it."""
 
 
+def start_on_a_free_port(server: Any, start: Callable[[], None]) -> None:
+    """``start()`` the server; if the port it chose was taken meanwhile (``PortTaken``),
+    choose another (five tries). A restart keeps its port: clients know it."""
+    for _ in range(5):
+        try:
+            start()
+        except PortTaken:
+            server.port = free_port()
+            continue
+        server._may_move = False
+        return
+    raise RuntimeError(f"{type(server).__name__} found no free port in five tries")
+
+
 class RedisServer:
     """One redis-server process with an append-only file, so a restart keeps the data."""
 
@@ -50,15 +65,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, *, persist: bool = True, extra: list[str] | None = None) -> None:
-        for _ in range(5):
-            try:
-                self._start(persist=persist, extra=extra)
-            except PortTaken:
-                self.port = free_port()
-                continue
-            self._may_move = False  # a restart keeps its port: clients know it
-            return
-        raise RuntimeError("redis-server found no free port in five tries")
+        start_on_a_free_port(self, lambda: self._start(persist=persist, extra=extra))
 
     def _start(self, *, persist: bool, extra: list[str] | None) -> None:
         assert REDIS_SERVER is not None

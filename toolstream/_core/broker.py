@@ -23,14 +23,38 @@ from typing import Any, TypeVar
 import attrs
 
 from .errors import BusUnavailable
-from .events import Event, StreamReset
+from .events import (
+    Event,
+    StreamReset,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolDenied,
+    ToolFailed,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
 from .start import Retained, StartRequest, start_position
 from .subscription import Feeder, FeederStats, Log, Subscription, wake_all
 from .view import LiveView
 
 logger = logging.getLogger("toolstream.broker")
 
-__all__ = ["BrokerStart", "FedSubscription", "SessionState", "retry_until", "stop_task"]
+__all__ = [
+    "ENDS_CALL",
+    "OPENS_CALL",
+    "BrokerStart",
+    "FedSubscription",
+    "SessionState",
+    "retry_until",
+    "stop_task",
+]
+
+#: Events that open a call (a broker bus registers the call with its writer's lease
+#: before writing one, so a reaper can close it) and events that end it.
+OPENS_CALL = (ToolCreated, ToolReady, ToolQueued, ToolStarted)
+ENDS_CALL = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
 
 E_co = TypeVar("E_co", bound=Event, covariant=True)
 T = TypeVar("T")

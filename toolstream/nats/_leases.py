@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from toolstream._core.broker import ENDS_CALL, OPENS_CALL
 from toolstream._core.events import (
     ApprovalRequested,
     ErrorInfo,
@@ -24,13 +25,6 @@ from toolstream._core.events import (
     RunFinished,
     RunStarted,
     ToolCancelled,
-    ToolCompleted,
-    ToolCreated,
-    ToolDenied,
-    ToolFailed,
-    ToolQueued,
-    ToolReady,
-    ToolStarted,
 )
 
 from ._approvals import event_json
@@ -42,9 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = ["NatsLeases"]
-
-_OPENS = (ToolCreated, ToolReady, ToolQueued, ToolStarted)
-_ENDS = (ToolCompleted, ToolFailed, ToolCancelled, ToolDenied)
 
 
 class _Opened:
@@ -85,9 +76,9 @@ class NatsLeases:
     def track(self, ev: Event) -> None:
         """Keep the open calls and runs up to date with an event written."""
         session, cid = ev.session, ev.call_id
-        if isinstance(ev, _OPENS) and cid:
+        if isinstance(ev, OPENS_CALL) and cid:
             self._opened.calls.setdefault((session, cid), (ev.tool or "", ev.run_id or ""))
-        elif isinstance(ev, _ENDS) and cid:
+        elif isinstance(ev, ENDS_CALL) and cid:
             self._opened.calls.pop((session, cid), None)
             self._gated.pop((session, cid), None)
         elif isinstance(ev, RunStarted) and ev.run_id:
@@ -112,7 +103,7 @@ class NatsLeases:
         writer that finds its lease taken learns which calls were closed for it."""
         opens = False
         for ev in batch:
-            if isinstance(ev, _OPENS) and ev.call_id:
+            if isinstance(ev, OPENS_CALL) and ev.call_id:
                 opens = opens or (ev.session, ev.call_id) not in self._opened.calls
             elif isinstance(ev, RunStarted) and ev.run_id:
                 opens = opens or (ev.session, ev.run_id) not in self._opened.runs
@@ -122,7 +113,7 @@ class NatsLeases:
             extra.calls = dict(self._opened.calls)
             extra.runs = set(self._opened.runs)
             for ev in batch:
-                if isinstance(ev, _OPENS) and ev.call_id:
+                if isinstance(ev, OPENS_CALL) and ev.call_id:
                     extra.calls.setdefault(
                         (ev.session, ev.call_id), (ev.tool or "", ev.run_id or "")
                     )

@@ -24,7 +24,7 @@ from toolstream._core.approvals import (
     Decision,
     check_decision,
 )
-from toolstream._core.broker import stop_task
+from toolstream._core.broker import ENDS_CALL, OPENS_CALL, stop_task
 from toolstream._core.build import prepare
 from toolstream._core.codec import to_dict
 from toolstream._core.errors import (
@@ -39,14 +39,6 @@ from toolstream._core.events import (
     RunStarted,
     Snapshot,
     StreamReset,
-    ToolCancelled,
-    ToolCompleted,
-    ToolCreated,
-    ToolDenied,
-    ToolFailed,
-    ToolQueued,
-    ToolReady,
-    ToolStarted,
 )
 from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
@@ -90,14 +82,8 @@ E = TypeVar("E", bound=Event)
 E_co = TypeVar("E_co", bound=Event, covariant=True)
 
 _KINDS: dict[type, str] = {
-    ToolCreated: "o",
-    ToolReady: "o",
-    ToolQueued: "o",
-    ToolStarted: "o",
-    ToolCompleted: "t",
-    ToolFailed: "t",
-    ToolCancelled: "t",
-    ToolDenied: "t",
+    **dict.fromkeys(OPENS_CALL, "o"),
+    **dict.fromkeys(ENDS_CALL, "t"),
     RunStarted: "r",
     RunFinished: "f",
 }
