@@ -394,3 +394,12 @@ def test_short_texts_are_remembered_with_the_same_result() -> None:
     long = "a" * 300 + " Bearer abcdefghijklmnopqrstuvwxyz012345"
     shaped = policy.text(long)
     assert shaped is not None and "abcdefghijklmnopqrstuvwxyz012345" not in shaped
+
+
+def test_trackers_and_buses_without_a_policy_share_one() -> None:
+    """The default policy (compiled patterns, caches) exists once, not once per session."""
+    bus = ts.EventBus()
+    one, two = ts.Tracker(bus, "a"), ts.Tracker(bus, "b")
+    assert one.payload is two.payload is bus.payload
+    own = ts.PayloadPolicy(max_bytes=1024)
+    assert ts.Tracker(bus, "c", payload=own).payload is own

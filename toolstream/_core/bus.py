@@ -30,7 +30,7 @@ from .errors import (
 )
 from .events import ApprovalRequested, ApprovalResolved, Event, Snapshot, StreamReset
 from .ids import compare_ids, make_id
-from .payload import PayloadPolicy
+from .payload import PayloadPolicy, default_policy
 from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
 from .start import (
     Origin,
@@ -194,7 +194,7 @@ class EventBus:
         self._sweep_every = min(session_ttl / 4, 60.0)
         self._last_sweep = clock()
         #: What a decision publishes goes through this policy.
-        self.payload = payload if payload is not None else PayloadPolicy()
+        self.payload = payload if payload is not None else default_policy()
         self._arbiter = Arbiter(self)
 
     def __repr__(self) -> str:

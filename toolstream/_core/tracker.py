@@ -48,7 +48,7 @@ from .events import (
 )
 from .handle import AWAITING, DONE, NEW, RUNNING, Ask, CallHandle
 from .jsonenc import is_utf8
-from .payload import PayloadPolicy
+from .payload import PayloadPolicy, default_policy
 from .scopes import (
     Batch,
     CallScope,
@@ -145,7 +145,7 @@ class Tracker:
         #: The session every event of this tracker belongs to.
         self.session = session
         self.summarizer: Summarizer = summarizer if summarizer is not None else Summaries()
-        self.payload = payload if payload is not None else PayloadPolicy()
+        self.payload = payload if payload is not None else default_policy()
         self.hidden = hidden if hidden is not None else _default_hidden
         self.coalesce = float(coalesce)
         self.strict = strict

@@ -43,7 +43,7 @@ from toolstream._core.events import (
 from toolstream._core.ids import compare_ids, event_seq, make_id
 from toolstream._core.jsonenc import dumps
 from toolstream._core.outbox import CheckpointMarks, Outbox, OutboxOverflow, Refused
-from toolstream._core.payload import PayloadPolicy
+from toolstream._core.payload import PayloadPolicy, default_policy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES, bound_snapshot
 from toolstream._core.start import (
     Overflow,
@@ -196,7 +196,7 @@ class RedisBus:
         self._max_finished = max_finished
         self.reset_bytes = reset_bytes
         #: What a decision publishes goes through this policy.
-        self.payload = payload if payload is not None else PayloadPolicy()
+        self.payload = payload if payload is not None else default_policy()
         #: This process's writer token: its lease and open calls are filed under it.
         self.token = secrets.token_hex(8)
         options: dict[str, Any] = {
