@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import anyio
 import pytest
 
 import toolstream as ts
+from tests import broker_checks
 from tests.nats_server import NatsServer, require_nats
 from tests.servers import take
 from toolstream.testing import BusFactory, bus_conformance_checks
@@ -317,128 +318,22 @@ async def test_outbox_overflow_drops_deltas_and_keeps_lifecycle(own_nats: NatsSe
 
 
 async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) -> None:
-    """A writer that stops renewing its lease has its open calls closed as cancelled,
-    reason "worker lost", once, by whichever surviving process gets there; whatever the
-    lost writer sends for those calls afterwards is dropped (one terminal per call)."""
-    worker = make_bus(nats_server, lease=0.6, reap=False)
-    gateways = [make_bus(nats_server, prefix=worker.prefix, lease=0.6) for _ in range(2)]
-    try:
-        async with gateways[0].subscribe(session="s", snapshot=True) as sub:
-            tracker = ts.Tracker(worker, session="s")
-            run = tracker.run(run_id="r1")
-            await run.__aenter__()
-            a = tracker.create("search", call_id="a")
-            a.ready(args={"q": 1})
-            a.start()
-            b = tracker.create("fetch", call_id="b")
-            b.ready(args={})
-            b.start()
-            b.complete("done")
-            await worker.flush(timeout=5)
-            for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
-                task.cancel()
-            got = []
-            with anyio.fail_after(15):
-                async for event in sub:
-                    got.append(event)
-                    if event.type == "run.finished":
-                        break
-            kinds = [(e.type, e.call_id) for e in got[1:]]
-            assert kinds[-2:] == [("tool.cancelled", "a"), ("run.finished", "")], kinds
-            cancel = got[-2]
-            assert isinstance(cancel, ts.ToolCancelled) and cancel.reason == "worker lost"
-            assert isinstance(got[-1], ts.RunFinished) and got[-1].outcome == "cancelled"
-            for g in gateways:  # both try again, explicitly: the lost writer is reaped once
-                await g.reap_lost()
-            assert sum(g.stats.reaped for g in gateways) == 2
-            # The worker comes back and reports the call: dropped, not a second terminal.
-            worker._tasks = []
-            worker._loop = None
-            await worker.start()
-            a.complete("late")
-            await worker.flush(timeout=5)
-            assert worker.stats.fenced == 1
-            snap = gateways[1].snapshot("s")
-            states = {c.call_id: c.state.value for c in snap.calls}
-            assert states == {"a": "cancelled", "b": "completed"}
-    finally:
-        await worker.aclose()
-        for g in gateways:
-            await g.aclose()
+    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, nats_server))
 
 
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     nats_server: NatsServer,
 ) -> None:
-    """A subscriber that falls further behind than the replay window is cut with
-    SlowConsumer (never silently handed a gap); resuming gives the reset it needs."""
-    bus = make_bus(nats_server, replay=16)
-    try:
-        sub = bus.subscribe(session="s", buffer=10_000)
-        await sub.prepare()
-        sub._task.cancel()  # the reader stalls while the writer runs ahead
-        published = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(600)
-        ]
-        await bus.flush(timeout=5)
-        sub._task = asyncio.get_running_loop().create_task(sub._read_loop())
-        got: list[ts.Event] = []
-
-        async def read_all() -> None:
-            async for event in sub:
-                got.append(event)
-
-        with pytest.raises(ts.SlowConsumer) as info, anyio.fail_after(10):
-            await read_all()
-        ids = [e.id for e in got]
-        assert ids == [e.id for e in published[: len(ids)]], "what it got has no gap"
-        async with bus.subscribe(session="s", after=info.value.last_id or sub.start_after) as again:
-            first = await take(again, 1)
-            assert isinstance(first[0], ts.StreamReset)
-        await sub.aclose()
-    finally:
-        await bus.aclose()
+    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
+        partial(make_bus, nats_server)
+    )
 
 
 async def test_two_buses_deciding_at_once_have_one_winner(nats_server: NatsServer) -> None:
-    """Two gateway processes' buses decide the same approval at once, 30 times over:
-    exactly one decision wins each time (compare-and-swap on the approval's entry)."""
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    async with (
-        make_bus(nats_server, prefix=prefix) as agent_bus,
-        make_bus(nats_server, prefix=prefix) as one,
-        make_bus(nats_server, prefix=prefix) as two,
-    ):
-        session = "approvals"
-        tracker = ts.Tracker(agent_bus, session)
-        for round_ in range(30):
-            approval_id = tracker.create("send", call_id=f"c{round_}").await_approval()
-            await agent_bus.flush()
-            results: list[object] = []
-
-            async def decide(
-                bus: Any, who: str, approval_id: str = approval_id, results: list[object] = results
-            ) -> None:
-                try:
-                    results.append(
-                        await bus.resolve_approval(
-                            session, approval_id, approved=who == "one", by=who
-                        )
-                    )
-                except ts.ApprovalAlreadyResolved as exc:
-                    results.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(decide, one, "one")
-                tg.start_soon(decide, two, "two")
-            wins = [r for r in results if isinstance(r, ts.ApprovalResolved)]
-            losses = [r for r in results if isinstance(r, ts.ApprovalAlreadyResolved)]
-            assert len(wins) == 1 and len(losses) == 1, results
-            assert losses[0].resolution is not None
-            assert losses[0].resolution.id == wins[0].id
-            decision = await agent_bus.decision(session, approval_id)
-            assert decision is not None and decision.by == wins[0].by
+    """Compare-and-swap on the approval's KV entry is the arbiter."""
+    await broker_checks.two_buses_deciding_at_once_have_one_winner(
+        partial(make_bus, nats_server), rounds=30
+    )
 
 
 async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_path: Any) -> None:

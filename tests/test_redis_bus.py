@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any, cast
 
 import anyio
@@ -12,10 +13,11 @@ import pytest
 import redis
 
 import toolstream as ts
+from tests import broker_checks
 from tests.redis_server import RedisServer, require_redis
 from tests.servers import eventually, take
 from toolstream.redis import RedisBus
-from toolstream.testing import BusFactory, assert_lifecycle, bus_conformance_checks
+from toolstream.testing import BusFactory, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -395,137 +397,19 @@ async def test_malformed_entries_are_skipped(redis_server: RedisServer) -> None:
 
 
 async def test_lost_worker_calls_closed_exactly_once(redis_server: RedisServer) -> None:
-    """A writer that stops renewing its lease has its open calls closed as cancelled,
-    reason "worker lost", once, by whichever surviving process gets there; whatever the
-    lost writer sends for those calls afterwards is dropped (one terminal per call)."""
-    worker = make_bus(redis_server, lease=0.6, reap=False)
-    gateways = [RedisBus(redis_server.url, prefix=worker.prefix, lease=0.6) for _ in range(2)]
-    try:
-        async with gateways[0].subscribe(session="s", snapshot=True) as sub:
-            tracker = ts.Tracker(worker, session="s")
-            run = tracker.run(run_id="r1")
-            await run.__aenter__()
-            a = tracker.create("search", call_id="a")
-            a.ready(args={"q": 1})
-            a.start()
-            b = tracker.create("fetch", call_id="b")
-            b.ready(args={})
-            b.start()
-            b.complete("done")
-            await worker.flush(timeout=5)
-            for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
-                task.cancel()
-            got = []
-            with anyio.fail_after(15):
-                async for event in sub:
-                    got.append(event)
-                    if event.type == "run.finished":
-                        break
-            kinds = [(e.type, e.call_id) for e in got[1:]]
-            assert kinds[-2:] == [("tool.cancelled", "a"), ("run.finished", "")], kinds
-            cancel = got[-2]
-            assert isinstance(cancel, ts.ToolCancelled) and cancel.reason == "worker lost"
-            assert isinstance(got[-1], ts.RunFinished) and got[-1].outcome == "cancelled"
-            for g in gateways:  # both try again, explicitly: the lost writer is reaped once
-                await g.reap_lost()
-            assert sum(g.stats.reaped for g in gateways) == 2
-            # The worker comes back and reports the call: dropped, not a second terminal.
-            worker._tasks = []
-            await worker.start()
-            a.complete("late")
-            await worker.flush(timeout=5)
-            assert worker.stats.fenced == 1
-            snap = gateways[1].snapshot("s")
-            states = {c.call_id: c.state.value for c in snap.calls}
-            assert states == {"a": "cancelled", "b": "completed"}
-    finally:
-        await worker.aclose()
-        for g in gateways:
-            await g.aclose()
+    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, redis_server))
 
 
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     redis_server: RedisServer,
 ) -> None:
-    """A subscriber that falls further behind than the replay window is cut with
-    SlowConsumer (never silently handed a gap); resuming gives the reset it needs."""
-    bus = make_bus(redis_server, replay=16)
-    try:
-        sub = bus.subscribe(session="s", buffer=10_000)
-        await sub.prepare()
-        published = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(600)
-        ]
-        await bus.flush(timeout=5)
-        got: list[ts.Event] = []
-
-        async def read_all() -> None:
-            async for event in sub:
-                got.append(event)
-
-        with pytest.raises(ts.SlowConsumer) as info, anyio.fail_after(10):
-            await read_all()
-        ids = [e.id for e in got]
-        assert ids == [e.id for e in published[: len(ids)]], "what it got has no gap"
-        async with bus.subscribe(session="s", after=info.value.last_id or sub.start_after) as again:
-            first = await take(again, 1)
-            assert isinstance(first[0], ts.StreamReset)
-        await sub.aclose()
-    finally:
-        await bus.aclose()
+    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
+        partial(make_bus, redis_server)
+    )
 
 
 async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisServer) -> None:
-    """Two gateway processes' buses decide the same approval at once, 50 times over:
-    exactly one decision wins each time (the script is the arbiter)."""
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    async with (
-        make_bus(redis_server, prefix=prefix) as agent_bus,
-        make_bus(redis_server, prefix=prefix) as one,
-        make_bus(redis_server, prefix=prefix) as two,
-    ):
-        session = "approvals"
-        tracker = ts.Tracker(agent_bus, session)
-        for round_ in range(50):
-            approval_id = tracker.create("send", call_id=f"c{round_}").await_approval()
-            await agent_bus.flush()
-            results: list[object] = []
-
-            async def decide(
-                bus: RedisBus,
-                who: str,
-                approval_id: str = approval_id,
-                results: list[object] = results,
-            ) -> None:
-                try:
-                    results.append(
-                        await bus.resolve_approval(
-                            session, approval_id, approved=who == "one", by=who
-                        )
-                    )
-                except ts.ApprovalAlreadyResolved as exc:
-                    results.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                for _ in range(3):
-                    tg.start_soon(decide, one, "one")
-                    tg.start_soon(decide, two, "two")
-            winners = [r for r in results if isinstance(r, ts.ApprovalResolved)]
-            assert len(winners) == 1, results
-            assert all(
-                r.resolution == winners[0]
-                for r in results
-                if isinstance(r, ts.ApprovalAlreadyResolved)
-            )
-        tracker.close()  # approved calls end cancelled here; denied ones ended on the bus
-        await agent_bus.flush()
-        # created, ready, requested, resolved, then denied or cancelled: 5 per call, and
-        # nothing more (a second terminal, a second resolution)
-        async with one.subscribe(session=session, after=f"{one.epoch}-0") as sub:
-            events = await take(sub, 250)
-            with anyio.move_on_after(0.5):
-                extra = await take(sub, 1)
-                raise AssertionError(f"more events than expected: {extra}")
-        assert_lifecycle(events, compare=one.compare)
-        assert agent_bus.stats.fenced > 0, "the cancellations of denied calls were dropped"
+    """The approval's script is the arbiter."""
+    await broker_checks.two_buses_deciding_at_once_have_one_winner(
+        partial(make_bus, redis_server), rounds=50
+    )
