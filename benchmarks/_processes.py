@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -47,3 +48,15 @@ def start_server(module: str, *args: str) -> tuple[subprocess.Popen[bytes], int]
                 server.wait()
                 raise RuntimeError(f"{module} {kind} did not start") from None
             time.sleep(0.05)
+
+
+async def wait_for_go(port: int) -> socket.socket:
+    """Listen on ``port`` and return once the benchmark says go: the first connection
+    is :func:`start_server`'s probe, the second the signal. Close the listener after."""
+    listener = socket.create_server(("127.0.0.1", port))
+    listener.setblocking(False)
+    loop = asyncio.get_running_loop()
+    for _ in range(2):
+        conn, _ = await loop.sock_accept(listener)
+        conn.close()
+    return listener

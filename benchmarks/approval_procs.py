@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 
 import uvicorn
 
 import toolstream as ts
+from benchmarks._processes import wait_for_go
 from toolstream.sse import SSEApp
 
 SESSION = "bench"
@@ -54,12 +54,7 @@ def redis_gateway(port: int, url: str, prefix: str) -> None:
 async def redis_agent(port: int, url: str, prefix: str, rounds: int) -> None:
     from toolstream.redis import RedisBus
 
-    listener = socket.create_server(("127.0.0.1", port))
-    listener.setblocking(False)
-    loop = asyncio.get_running_loop()
-    for _ in range(2):  # the first connection is start_server's probe; the second: go
-        conn, _ = await loop.sock_accept(listener)
-        conn.close()
+    listener = await wait_for_go(port)
     async with RedisBus(url, prefix=prefix) as bus:
         await _agent(bus, rounds)
         await bus.flush(timeout=30)

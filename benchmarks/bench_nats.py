@@ -26,47 +26,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_redis import PAYLOAD, broker_latency
+from benchmarks.bench_redis import PAYLOAD, broker_latency, broker_throughput
 
 BATCH = 256
 
 
 async def _toolstream_once(servers: list[str], events: int) -> float:
-    import toolstream as ts
     from toolstream.nats import NatsBus
 
     prefix = f"b{uuid.uuid4().hex[:8]}"
-    bus = NatsBus(servers, prefix=prefix, batch=BATCH, replay=events)
-    async with bus:
-        got = 0
-        async with bus.subscribe(session="bench", buffer=events + 1) as sub:
-            await sub.prepare()
-            start = time.perf_counter()
-
-            async def produce() -> None:
-                for i in range(events):
-                    bus.publish(
-                        ts.ToolProgress,
-                        session="bench",
-                        call_id="c",
-                        tool="bench",
-                        current=i,
-                        message=PAYLOAD["message"],
-                        data=PAYLOAD["data"],
-                    )
-                    if i % BATCH == BATCH - 1:
-                        await asyncio.sleep(0)
-
-            task = asyncio.create_task(produce())
-            async for batch in sub.batches():
-                got += len(batch)
-                if got >= events:
-                    break
-            elapsed = time.perf_counter() - start
-            await task
-        if got != events or bus.stats.dropped or sub.coalesced:
-            raise AssertionError(f"toolstream delivered {got} of {events} (nothing may be lost)")
-    return events / elapsed
+    return await broker_throughput(
+        NatsBus(servers, prefix=prefix, batch=BATCH, replay=events), events, BATCH
+    )
 
 
 async def _raw_once(servers: list[str], events: int) -> float:

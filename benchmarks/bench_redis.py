@@ -32,13 +32,22 @@ PAYLOAD = {"message": "fetched 6 of 12 pages", "data": {"pages": 6, "of": 12}}
 
 
 async def _toolstream_once(url: str, events: int) -> float:
-    import toolstream as ts
     from toolstream.redis import RedisBus
 
     # replay=events: the whole burst stays readable, as it does for the raw peer (a
     # subscriber further behind than the window is cut, by design).
     prefix = f"b{uuid.uuid4().hex[:8]}"
-    async with RedisBus(url, prefix=prefix, batch=BATCH, replay=events) as bus:
+    return await broker_throughput(
+        RedisBus(url, prefix=prefix, batch=BATCH, replay=events), events, BATCH
+    )
+
+
+async def broker_throughput(bus: Any, events: int, batch: int) -> float:
+    """Events/s of ``events`` tracked-sized events published on a broker-backed ``bus``
+    (yielding every ``batch``) and delivered to one subscriber of the same process."""
+    import toolstream as ts
+
+    async with bus:
         got = 0
         async with bus.subscribe(session="bench", buffer=events + 1) as sub:
             await sub.prepare()
@@ -55,12 +64,12 @@ async def _toolstream_once(url: str, events: int) -> float:
                         message=PAYLOAD["message"],
                         data=PAYLOAD["data"],
                     )
-                    if i % BATCH == BATCH - 1:
+                    if i % batch == batch - 1:
                         await asyncio.sleep(0)
 
             task = asyncio.create_task(produce())
-            async for batch in sub.batches():
-                got += len(batch)
+            async for chunk in sub.batches():
+                got += len(chunk)
                 if got >= events:
                     break
             elapsed = time.perf_counter() - start

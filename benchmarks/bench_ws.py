@@ -22,6 +22,8 @@ async def _client(url: str, events: int, batch: bool) -> tuple[int, float, float
     from websockets.asyncio.client import connect
     from websockets.typing import Subprotocol
 
+    from toolstream.websocket import BATCH_SUBPROTOCOL
+
     got = 0
     first = last = 0.0
     # The client counts the events in each message; offered the batch subprotocol,
@@ -30,7 +32,7 @@ async def _client(url: str, events: int, batch: bool) -> tuple[int, float, float
         url,
         max_size=None,
         ping_interval=None,
-        subprotocols=[Subprotocol("toolstream.batch")] if batch else None,
+        subprotocols=[Subprotocol(BATCH_SUBPROTOCOL)] if batch else None,
     ) as ws:
         await ws.send(json.dumps({"op": "subscribe", "session": "bench"}))
         async for message in ws:

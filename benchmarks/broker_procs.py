@@ -11,7 +11,6 @@ NatsBus (comma-separated: the servers of a cluster, with three replicas).
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import uvicorn
 
 import toolstream as ts
+from benchmarks._processes import wait_for_go
 from toolstream.sse import SSEApp
 
 
@@ -40,12 +40,7 @@ def gateway(port: int, url: str, prefix: str) -> None:
 
 
 async def publisher(port: int, url: str, prefix: str, events: int, rate: float) -> None:
-    listener = socket.create_server(("127.0.0.1", port))
-    listener.setblocking(False)
-    loop = asyncio.get_running_loop()
-    for _ in range(2):  # the first connection is start_server's probe; the second: go
-        conn, _ = await loop.sock_accept(listener)
-        conn.close()
+    listener = await wait_for_go(port)
     async with open_bus(url, prefix) as bus:
         tracker = ts.Tracker(bus, session="bench")
         call = tracker.create("bench", call_id="c")

@@ -353,7 +353,7 @@ def _fast_test(tp: object) -> str | None:
     elif inner is float:
         test = "((type(v) is float and isfinite(v)) or type(v) is int)"
     elif _is_json_value(inner):
-        return "(v is None or type(v) in scalar)"
+        return "type(v) in scalar"
     else:
         return None
     return f"(v is None or {test})" if optional else test
@@ -370,7 +370,7 @@ def _record_decoder(cls: type) -> _Decoder:
         "cls": cls,
         "MISSING": _MISSING,
         "isfinite": math.isfinite,
-        "scalar": frozenset({str, int, bool}),
+        "scalar": _JSON_SCALARS,
         "fail": _fail,
         "render": _render,
         "DecodeError": EventDecodeError,

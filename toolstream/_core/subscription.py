@@ -536,7 +536,8 @@ class Subscription(Generic[E_co]):
                 return True
 
     def _park(self, batch: list[Any]) -> None:
-        """Put ``batch`` in the buffer, remembering the last id delivered from the old."""
+        """Put ``batch`` in the buffer, remembering the last id delivered from the old
+        (all of it, once its iterator is exhausted)."""
         self._last_id = self.last_id
         self._buf = batch
         self._it = iter(batch)
@@ -631,7 +632,5 @@ class _Batches(Generic[E_co]):
         # Taken through the shared iterator: a suspended ``async for`` over the same
         # subscription must not hand these out again.
         batch = list(sub._it)
-        sub._buf = []
-        sub._it = iter(sub._buf)
-        sub._last_id = batch[-1].id
+        sub._park([])
         return batch

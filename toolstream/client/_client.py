@@ -299,6 +299,8 @@ class WebSocketClient(_Client):
         from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
         from websockets.typing import Subprotocol
 
+        from toolstream.websocket import BATCH_SUBPROTOCOL
+
         while True:
             reason = "the socket closed"
             try:
@@ -306,7 +308,7 @@ class WebSocketClient(_Client):
                     self.url,
                     additional_headers=self.headers,
                     max_size=None,
-                    subprotocols=[Subprotocol("toolstream.batch")],  # events in arrays
+                    subprotocols=[Subprotocol(BATCH_SUBPROTOCOL)],  # events in arrays
                 ) as ws:
                     request: dict[str, Any] = {"op": "subscribe", "session": self.session}
                     for key, value in (

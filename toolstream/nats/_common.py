@@ -42,6 +42,8 @@ __all__ = [
     "SessionState",
     "decode_message",
     "js_api",
+    "drop_consumer",
+    "ephemeral_consumer",
     "kv_handle",
     "nats",
     "session_token",
@@ -218,3 +220,42 @@ def kv_handle(js: JetStreamContext, bucket: str) -> KeyValue:
     ``js.key_value()`` (it needs the cluster's meta leader, which a cluster that lost a
     server may be electing for many seconds)."""
     return KeyValue(name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False)
+
+
+async def ephemeral_consumer(
+    js: JetStreamContext, stream: str, subject: str, start: int, *, inactive: float, timeout: float
+) -> tuple[str, Any]:
+    """An ack-free pull consumer of ``subject`` from sequence ``start`` (memory storage,
+    the stream's replicas so that it survives a lost server, gone after ``inactive``
+    idle seconds) and its bound subscription: ``(name, subscription)``."""
+    config = js_api.ConsumerConfig(
+        filter_subject=subject,
+        deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start,
+        ack_policy=js_api.AckPolicy.NONE,
+        inactive_threshold=inactive,
+        mem_storage=True,
+        num_replicas=0,  # the stream's
+    )
+    info = await js.add_consumer(stream, config, timeout=timeout)
+    try:
+        sub = await js.pull_subscribe_bind(info.name, stream=stream)
+    except BaseException:
+        await drop_consumer(js, stream, None, info.name)
+        raise
+    return info.name, sub
+
+
+async def drop_consumer(js: JetStreamContext | None, stream: str, sub: Any, name: str) -> None:
+    """Unsubscribe ``sub`` and delete the consumer ``name``, a second at most each;
+    errors are ignored (an ephemeral consumer goes on its own once inactive)."""
+    if sub is not None:
+        try:
+            await asyncio.wait_for(sub.unsubscribe(), 1.0)
+        except (*NATS_ERRORS, TimeoutError):  # type: ignore[misc]
+            pass
+    if js is not None:
+        try:
+            await asyncio.wait_for(js.delete_consumer(stream, name), 1.0)
+        except (*NATS_ERRORS, TimeoutError):  # type: ignore[misc]
+            pass

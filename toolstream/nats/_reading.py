@@ -19,12 +19,12 @@ from toolstream._core.ids import make_id
 from toolstream._core.view import LiveView
 
 from ._common import (
-    NATS_ERRORS,
     RETRYABLE,
     JetStreamContext,
     KeyValue,
     decode_message,
-    js_api,
+    drop_consumer,
+    ephemeral_consumer,
     nats,
     session_token,
 )
@@ -131,48 +131,40 @@ class NatsReader:
         self, js: JetStreamContext, subject: str, first: int, last: int
     ) -> list[tuple[int, Event]]:
         """The session's messages from sequence ``first`` to ``last``."""
-        config = js_api.ConsumerConfig(
-            filter_subject=subject,
-            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=first,
-            ack_policy=js_api.AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-            num_replicas=0,  # the stream's replicas: a consumer survives a lost server
-        )
+        bus = self._bus
         try:
-            info = await js.add_consumer(self._bus.names.stream, config, timeout=2.0)
+            name, sub = await ephemeral_consumer(
+                js,
+                bus.names.stream,
+                subject,
+                first,
+                inactive=30.0,
+                timeout=bus.request_timeout,
+            )
         except RETRYABLE:
             # No consumer now (a cluster electing its meta leader after losing a server
             # can take many seconds): read message by message from any replica.
             return await self.read_direct(js, subject, first, last)
         out: list[tuple[int, Event]] = []
         try:
-            sub = await js.pull_subscribe_bind(info.name, stream=self._bus.names.stream)
-            try:
-                while True:
-                    msgs = await sub.fetch(512, timeout=self._bus.request_timeout)
-                    done = False
-                    for msg in msgs:
-                        md = msg.metadata
-                        seq = md.sequence.stream
-                        if seq > last:
-                            done = True
-                            break
-                        ev = decode_message(self._bus.epoch, seq, msg.data)
-                        if ev is not None:
-                            out.append((seq, ev))
-                        if seq >= last or md.num_pending == 0:
-                            done = True
-                    if done or not msgs:
+            while True:
+                msgs = await sub.fetch(512, timeout=bus.request_timeout)
+                done = False
+                for msg in msgs:
+                    md = msg.metadata
+                    seq = md.sequence.stream
+                    if seq > last:
+                        done = True
                         break
-            finally:
-                await sub.unsubscribe()
+                    ev = decode_message(bus.epoch, seq, msg.data)
+                    if ev is not None:
+                        out.append((seq, ev))
+                    if seq >= last or md.num_pending == 0:
+                        done = True
+                if done or not msgs:
+                    break
         finally:
-            try:
-                await js.delete_consumer(self._bus.names.stream, info.name)
-            except NATS_ERRORS:
-                pass  # it goes on its own after its inactive threshold
+            await drop_consumer(js, bus.names.stream, sub, name)
         return out
 
     async def read_direct(

@@ -13,7 +13,14 @@ from toolstream._core.ids import make_id
 from toolstream._core.snapshots import bound_snapshot
 from toolstream._core.start import StartRequest
 
-from ._common import NATS_ERRORS, RETRYABLE, decode_message, js_api, nats
+from ._common import (
+    NATS_ERRORS,
+    RETRYABLE,
+    decode_message,
+    drop_consumer,
+    ephemeral_consumer,
+    nats,
+)
 
 if TYPE_CHECKING:
     from ._bus import NatsBus
@@ -200,31 +207,18 @@ class NatsSubscription(FedSubscription[E_co]):
 
     async def _consumer(self, js: Any, subject: str) -> tuple[str, Any]:
         bus = self._nbus
-        config = js_api.ConsumerConfig(
-            filter_subject=subject,
-            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self._seq + 1,
-            ack_policy=js_api.AckPolicy.NONE,
-            inactive_threshold=max(30.0, bus.lease * 3),
-            mem_storage=True,
-            num_replicas=0,  # the stream's replicas: a consumer survives a lost server
+        return await ephemeral_consumer(
+            js,
+            bus.names.stream,
+            subject,
+            self._seq + 1,
+            inactive=max(30.0, bus.lease * 3),
+            timeout=bus.request_timeout,
         )
-        info = await js.add_consumer(bus.names.stream, config, timeout=2.0)
-        sub = await js.pull_subscribe_bind(info.name, stream=bus.names.stream)
-        return info.name, sub
 
     async def _drop(self, sub: Any, name: str) -> None:
         bus = self._nbus
-        try:
-            await asyncio.wait_for(sub.unsubscribe(), 1.0)
-        except (*NATS_ERRORS, TimeoutError):  # type: ignore[misc]
-            pass
-        js = bus._js
-        if js is not None and not bus._closed:
-            try:
-                await asyncio.wait_for(js.delete_consumer(bus.names.stream, name), 1.0)
-            except NATS_ERRORS:
-                pass  # it goes on its own after its inactive threshold
+        await drop_consumer(None if bus._closed else bus._js, bus.names.stream, sub, name)
 
     async def _overtaken(self, seq: int) -> bool:
         """Whether a checkpoint purged events between the cursor and ``seq``: the

@@ -80,8 +80,6 @@ def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = F
 def _batched(texts: list[str]) -> list[str]:
     """``texts`` (JSON objects) joined into JSON arrays of at most :data:`BATCH_CHARS`
     characters each (one text longer than that stays alone), in order."""
-    if sum(map(len, texts)) + len(texts) < BATCH_CHARS:
-        return ["[" + ",".join(texts) + "]"]
     out: list[str] = []
     group: list[str] = []
     size = 0
@@ -265,20 +263,12 @@ class _Connection:
 
     async def send_text(self, text: str) -> None:
         """Send one message; a client that went away ends the connection quietly."""
-        if self.disconnected:
-            raise _Gone
-        async with self.lock:
-            try:
-                await self._send({"type": "websocket.send", "text": text})
-            except Exception as exc:  # servers differ: OSError, ClientDisconnected...
-                logger.debug("a WebSocket client went away while being sent to: %r", exc)
-                self.disconnected = True
-                self.scope.cancel()
-                raise _Gone from None
+        await self.send_texts([text])
 
     async def send_texts(self, texts: list[str]) -> None:
-        """Send several messages in order under one hold of the lock (a pump's chunk:
-        no other message can come between them)."""
+        """Send messages in order under one hold of the lock (a pump's chunk: no other
+        message comes between them; batched in arrays if the client asked for it). A
+        client that went away ends the connection quietly."""
         if self.disconnected:
             raise _Gone
         if self.batch and len(texts) > 1:
