@@ -68,6 +68,12 @@ SAMPLES: list[ts.Event] = [
         call_ids=("a", "b"),
         counts={"running": 1, "queued": 1},
     ),
+    ts.MessageStarted(**{**ENVELOPE, "call_id": "", "tool": ""}, message_id="m1"),
+    ts.MessageDelta(**{**ENVELOPE, "call_id": "", "tool": ""}, message_id="m1", text="Hé\n"),
+    ts.MessageDelta(
+        **{**ENVELOPE, "call_id": "", "tool": ""}, message_id="m1", text="so", kind="reasoning"
+    ),
+    ts.MessageFinished(**{**ENVELOPE, "call_id": "", "tool": ""}, message_id="m1"),
     ts.StreamReset(
         **{**ENVELOPE, "call_id": "", "tool": "", "run_id": None},
         snapshot=ts.Snapshot(
@@ -95,8 +101,15 @@ SAMPLES: list[ts.Event] = [
                     approval=ts.PendingApproval(approval_id="apr_2", reason="r", expires_at=9.0),
                 ),
             ),
-            runs=(ts.RunSnapshot(run_id="r1", state="running", started_ts=1.0),),
+            runs=(
+                ts.RunSnapshot(run_id="r1", state="running", started_ts=1.0, first_event_id="e1"),
+            ),
             batches=(ts.BatchSnapshot(batch_id="b1", phase="done", call_ids=("a",), counts={}),),
+            messages=(
+                ts.MessageSnapshot(
+                    message_id="m1", run_id="r1", text="Hello", reasoning="hm", first_event_id="e2"
+                ),
+            ),
         ),
     ),
 ]

@@ -43,6 +43,11 @@ PUBLIC = {
     "JSONValue",
     "LifecycleError",
     "LiveView",
+    "MessageDelta",
+    "MessageFinished",
+    "MessageHandle",
+    "MessageSnapshot",
+    "MessageStarted",
     "Origin",
     "Overflow",
     "PayloadPolicy",
@@ -141,6 +146,9 @@ def test_event_classes_are_frozen_slotted_and_named() -> None:
         "tool.approval.resolved",
         "tool.denied",
         "batch.phase",
+        "message.started",
+        "message.delta",
+        "message.finished",
         "stream.reset",
     ]
     for cls in ts.EVENT_TYPES:

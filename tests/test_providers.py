@@ -132,7 +132,9 @@ def test_openai_chat_then_the_loop_runs_the_calls_on_the_same_cards() -> None:
     rec.tracker.close()
     events = rec.take()
     assert_lifecycle(events)
-    assert sorted({e.call_id for e in events}) == ["call_A", "call_B"], "no second card"
+    assert sorted({e.call_id for e in events if e.call_id}) == ["call_A", "call_B"], (
+        "no second card"
+    )
     assert rec.types("call_B")[-2:] == ["tool.started", "tool.completed"]
 
 
@@ -612,7 +614,7 @@ def test_anthropic_error_event_fails_the_open_call() -> None:
         ingest.feed(event)
     ingest.feed({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     assert ingest.finish() == []
-    failed = rec.take()[-1]
+    failed = [e for e in rec.take() if e.call_id][-1]
     assert (
         isinstance(failed, ts.ToolFailed) and failed.error.message == "overloaded_error: Overloaded"
     )
@@ -843,3 +845,97 @@ def test_fuzzed_chunks_raise_only_provider_stream_errors(chunks: list[Any], make
         handle.complete()
     rec.tracker.close()
     assert_lifecycle(rec.take())
+
+
+# -- the stream's text and reasoning become the assistant message -----------------------------
+
+
+def _message_of(events: list[ts.Event]) -> tuple[str, str, str, list[str]]:
+    """(message id, text, reasoning, event types) of the one message in ``events``."""
+    messages = [e for e in events if isinstance(e, (ts.MessageStarted, ts.MessageDelta))]
+    ids = {e.message_id for e in messages}
+    assert len(ids) == 1, ids
+    text = "".join(e.text for e in events if isinstance(e, ts.MessageDelta) and e.kind == "text")
+    reasoning = "".join(
+        e.text for e in events if isinstance(e, ts.MessageDelta) and e.kind == "reasoning"
+    )
+    types = [e.type for e in events if e.type.startswith("message.")]
+    return ids.pop(), text, reasoning, types
+
+
+@pytest.mark.parametrize(
+    ("make", "fixture", "expected"),
+    [
+        (
+            OpenAIChatIngest,
+            lambda: chat_fixture(ARGS_A, ARGS_B),
+            ("chatcmpl-Abc123", "Let me check both.", ""),
+        ),
+        (OpenAIResponsesIngest, lambda: responses_fixture(ARGS_A), ("msg_1", "Checking.", "")),
+        (
+            AnthropicIngest,
+            lambda: anthropic_fixture(ARGS_A),
+            ("msg_01XYZ", "Let me check.", "The user wants weather."),
+        ),
+    ],
+    ids=["openai-chat", "openai-responses", "anthropic"],
+)
+def test_a_provider_stream_becomes_the_assistant_message(
+    make: Callable[[ts.Tracker], Any],
+    fixture: Callable[[], list[dict[str, Any]]],
+    expected: tuple[str, str, str],
+) -> None:
+    rec = Recording()
+    ingest = make(rec.tracker)
+    for chunk in fixture():
+        ingest.feed(chunk)
+    ingest.finish()
+    message_id, text, reasoning, types = _message_of(rec.take())
+    assert (text, reasoning) == expected[1:]
+    assert message_id == expected[0]
+    assert types[0] == "message.started" and types[-1] == "message.finished"
+    assert types.count("message.finished") == 1
+    assert ingest.message is not None and ingest.message.finished
+    assert rec.bus.snapshot("s1").messages[0].text == expected[1]
+
+
+def test_reasoning_from_chat_completions_hosts_and_responses() -> None:
+    rec = Recording()
+    ingest = OpenAIChatIngest(rec.tracker)
+    ingest.feed(chat_chunk({"role": "assistant", "reasoning_content": "Think "}))
+    ingest.feed(chat_chunk({"reasoning": "twice."}))
+    ingest.feed(chat_chunk({"content": "Done."}))
+    ingest.finish()
+    _, text, reasoning, _ = _message_of(rec.take())
+    assert (text, reasoning) == ("Done.", "Think twice.")
+    rec = Recording()
+    responses = OpenAIResponsesIngest(rec.tracker)
+    responses.feed(
+        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": "Plan."}
+    )
+    responses.feed({"type": "response.output_text.delta", "item_id": "msg_9", "delta": "Hi"})
+    responses.finish()
+    _, text, reasoning, _ = _message_of(rec.take())
+    assert (text, reasoning) == ("Hi", "Plan.")
+
+
+def test_messages_false_publishes_calls_only_and_on_text_still_hears_the_text() -> None:
+    rec = Recording()
+    heard: list[str] = []
+    ingest = AnthropicIngest(rec.tracker, on_text=heard.append, messages=False)
+    for event in anthropic_fixture(ARGS_A):
+        ingest.feed(event)
+    ingest.finish()
+    assert heard == ["Let me check."]
+    assert not [e for e in rec.take() if e.type.startswith("message.")]
+    assert ingest.message is None
+
+
+def test_a_secret_in_the_streamed_text_is_redacted_across_chunks() -> None:
+    rec = Recording()
+    ingest = OpenAIChatIngest(rec.tracker)
+    for piece in ("Your key: sk-", "abcdefghij", "klmnopqrstuvwx1234", " is set."):
+        ingest.feed(chat_chunk({"content": piece}))
+    ingest.finish()
+    _, text, _, _ = _message_of(rec.take())
+    assert "abcdefghij" not in text and text.endswith(" is set.")

@@ -39,6 +39,10 @@ from ._core.events import CallState as CallState
 from ._core.events import ErrorInfo as ErrorInfo
 from ._core.events import Event as Event
 from ._core.events import JSONValue as JSONValue
+from ._core.events import MessageDelta as MessageDelta
+from ._core.events import MessageFinished as MessageFinished
+from ._core.events import MessageSnapshot as MessageSnapshot
+from ._core.events import MessageStarted as MessageStarted
 from ._core.events import PendingApproval as PendingApproval
 from ._core.events import RunFinished as RunFinished
 from ._core.events import RunSnapshot as RunSnapshot
@@ -59,6 +63,7 @@ from ._core.events import ToolQueued as ToolQueued
 from ._core.events import ToolReady as ToolReady
 from ._core.events import ToolStarted as ToolStarted
 from ._core.handle import CallHandle as CallHandle
+from ._core.message import MessageHandle as MessageHandle
 from ._core.payload import PayloadPolicy as PayloadPolicy
 from ._core.redaction import DEFAULT_SECRET_KEYS as DEFAULT_SECRET_KEYS
 from ._core.redaction import DEFAULT_SECRET_PATTERNS as DEFAULT_SECRET_PATTERNS
@@ -113,6 +118,11 @@ __all__ = [
     "JSONValue",
     "LifecycleError",
     "LiveView",
+    "MessageDelta",
+    "MessageFinished",
+    "MessageHandle",
+    "MessageSnapshot",
+    "MessageStarted",
     "Origin",
     "Overflow",
     "PayloadPolicy",

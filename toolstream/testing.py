@@ -27,6 +27,9 @@ from ._core.events import (
     ApprovalRequested,
     ApprovalResolved,
     Event,
+    MessageDelta,
+    MessageFinished,
+    MessageStarted,
     RunFinished,
     RunStarted,
     StreamReset,
@@ -167,9 +170,12 @@ def assert_lifecycle(
     call ended (unless ``allow_open``); a run's calls ended before its
     ``run.finished`` (a run finished ``interrupted`` may leave calls awaiting
     approval open), and each run started and finished once; every approval requested
-    is resolved exactly once (unless ``allow_open``), and only a requested one.
+    is resolved exactly once (unless ``allow_open``), and only a requested one; every
+    message starts once, gets text only while open, finishes once, and before its run's
+    ``run.finished``.
     """
     events = list(events)
+    _check_messages(events, allow_open)
     assert_ids_increase(events, compare)
     state: dict[str, float] = {}
     approvals: dict[str, str] = {}  # approval id -> call id, while pending
@@ -252,6 +258,28 @@ def assert_lifecycle(
         never = [c for c in state if c not in ended]
         assert not never, f"calls never ended: {never}"
         assert not approvals, f"approvals never resolved: {sorted(approvals)}"
+
+
+def _check_messages(events: list[Event], allow_open: bool) -> None:
+    """The message part of :func:`assert_lifecycle`."""
+    open_: dict[str, str | None] = {}  # message id -> its run, while open
+    done: set[str] = set()
+    for event in events:
+        if isinstance(event, MessageStarted):
+            mid = event.message_id
+            assert mid not in (open_.keys() | done), f"message {mid!r} started twice"
+            open_[mid] = event.run_id
+        elif isinstance(event, (MessageDelta, MessageFinished)):
+            mid = event.message_id
+            assert mid in open_, f"message {mid!r}: {event.type} (id {event.id}) while not open"
+            if isinstance(event, MessageFinished):
+                del open_[mid]
+                done.add(mid)
+        elif isinstance(event, RunFinished):
+            left = [m for m, run in open_.items() if run == event.run_id]
+            assert not left, f"run {event.run_id!r} finished with messages still open: {left}"
+    if not allow_open:
+        assert not open_, f"messages never finished: {sorted(open_)}"
 
 
 def _run_of(events: Sequence[Event], call_id: str) -> str | None:

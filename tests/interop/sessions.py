@@ -52,9 +52,14 @@ OPS = (
     "join",
     "ask",
     "decide",
+    "say",
+    "think",
+    "said",
 )
 Op = tuple[str, int, int]
 
+# Message text, a secret among it (held back by streaming redaction until it is whole).
+WORDS = ["Hello ", "wörld.\n", "the key is sk-", "abcdefghijklmnopqrstuvwx1234 ", "done"]
 PIECES = ['{"q": ', '"any', 'io", ', '"n": 3', "}", '"cut off by max_tok']
 
 
@@ -66,6 +71,7 @@ class Session:
         self.tracker = ts.Tracker(self.bus, "s1")
         self.slots: dict[int, ts.CallHandle] = {}
         self.runs: list[ts.RunScope] = []
+        self.messages: dict[int, ts.MessageHandle] = {}
         # Clients that joined mid-session (no cursor: a reset first), one stream per dialect.
         self.joins: list[dict[str, Stream]] = []
         self.count = 0
@@ -102,6 +108,7 @@ class Session:
             self.tracker = ts.Tracker(self.bus, "s1")
             self.slots.clear()
             self.runs.clear()
+            self.messages.clear()
         elif kind == "decide":
             pending = [c.approval for c in self.bus.snapshot("s1").calls if c.approval]
             if pending:
@@ -113,6 +120,17 @@ class Session:
                     by="person",
                     args={"edited": arg} if arg % 3 == 2 else None,
                 )
+        elif kind in ("say", "think", "said"):
+            message = self.messages.get(slot)
+            if kind == "said":
+                if message is not None and not message.finished:
+                    message.finish()
+                return
+            if message is None or message.finished:
+                run_id = self.runs[-1].run_id if self.runs else None
+                message = self.messages[slot] = t.message(run_id=run_id)
+            text = WORDS[arg % len(WORDS)]
+            message.delta(text) if kind == "say" else message.reasoning(text)
         elif kind == "join":
             self.joins.append(
                 {name: open_now(self.bus, cursor=None, dialect=name) for name in ("agui", "ai_sdk")}

@@ -14,6 +14,8 @@ JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, 
 
 RunOutcome: TypeAlias = Literal["completed", "failed", "cancelled", "interrupted"]
 BatchPhaseName: TypeAlias = Literal["queued", "running", "done"]
+#: What a ``message.delta`` adds to: the message's answer text or its reasoning.
+MessageKind: TypeAlias = Literal["text", "reasoning"]
 
 
 class CallState(str, enum.Enum):
@@ -271,6 +273,34 @@ class BatchPhase(Event):
 
 
 @attrs.frozen(kw_only=True)
+class MessageStarted(Event):
+    """The agent began a message (assistant text between, before or after its calls)."""
+
+    type: ClassVar[str] = "message.started"
+    message_id: str = ""
+    role: str = "assistant"
+
+
+@attrs.frozen(kw_only=True)
+class MessageDelta(Event):
+    """Text appended to a message, after streaming redaction: its answer (``kind``
+    ``"text"``) or its reasoning (``"reasoning"``)."""
+
+    type: ClassVar[str] = "message.delta"
+    message_id: str = ""
+    text: str = ""
+    kind: MessageKind = "text"
+
+
+@attrs.frozen(kw_only=True)
+class MessageFinished(Event):
+    """The message is complete; nothing more is appended to it."""
+
+    type: ClassVar[str] = "message.finished"
+    message_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class PendingApproval:
     """An approval waiting for a decision, as a call's snapshot carries it."""
 
@@ -334,6 +364,8 @@ class RunSnapshot:
     started_ts: float | None = None
     ended_ts: float | None = None
     error: ErrorInfo | None = None
+    #: Id of the run's ``run.started`` (a replay of the whole run starts at it).
+    first_event_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -347,12 +379,33 @@ class BatchSnapshot:
 
 
 @attrs.frozen(kw_only=True)
+class MessageSnapshot:
+    """A message as a client knows it: its whole text so far."""
+
+    message_id: str
+    role: str = "assistant"
+    run_id: str | None = None
+    #: The answer text so far.
+    text: str = ""
+    #: The reasoning text so far.
+    reasoning: str = ""
+    #: True after ``message.finished``.
+    finished: bool = False
+    #: Id of the message's first event the view saw (its place among the calls).
+    first_event_id: str | None = None
+    #: Id of the newest event applied to this message.
+    last_event_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Snapshot:
-    """A session's calls, runs and batches at one point: what a ``stream.reset`` carries."""
+    """A session's calls, runs, batches and messages at one point: what a
+    ``stream.reset`` carries."""
 
     calls: tuple[CallSnapshot, ...] = ()
     runs: tuple[RunSnapshot, ...] = ()
     batches: tuple[BatchSnapshot, ...] = ()
+    messages: tuple[MessageSnapshot, ...] = ()
 
     @property
     def open_runs(self) -> tuple[RunSnapshot, ...]:
@@ -387,6 +440,9 @@ ToolEvent: TypeAlias = (
     | ApprovalResolved
     | ToolDenied
     | BatchPhase
+    | MessageStarted
+    | MessageDelta
+    | MessageFinished
     | StreamReset
 )
 """Any concrete lifecycle event."""
@@ -410,6 +466,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ApprovalResolved,
     ToolDenied,
     BatchPhase,
+    MessageStarted,
+    MessageDelta,
+    MessageFinished,
     StreamReset,
 )
 
@@ -422,9 +481,12 @@ TERMINAL_EVENTS: tuple[type[Event], ...] = (ToolCompleted, ToolFailed, ToolCance
 #: assigns), in the order the classes declare them.
 ENVELOPE: tuple[str, ...] = ("session", "run_id", "call_id", "tool", "parent_call_id")
 
-#: The events that only add to a call in progress (text, progress, partial output): a
-#: slow subscriber may have them merged (coalescing), and a broker's outbox may drop
-#: them during an outage. Run and lifecycle events are never merged or dropped.
+#: The events that only add to a call or a message in progress (text, progress, partial
+#: output): a slow subscriber may have them merged (coalescing), and a broker's outbox
+#: may drop them during an outage. Run and lifecycle events are never merged or dropped.
 DELTA_EVENTS: frozenset[type[Event]] = frozenset(
-    {ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial}
+    {ToolArgsDelta, ToolOutputDelta, ToolProgress, ToolOutputPartial, MessageDelta}
 )
+
+#: The message events (``call_id`` and ``tool`` are ``""`` on them).
+MESSAGE_EVENTS: tuple[type[Event], ...] = (MessageStarted, MessageDelta, MessageFinished)

@@ -32,6 +32,7 @@ from .events import (
     ToolReady,
     ToolStarted,
 )
+from .jsonenc import safe_text
 from .redaction import ArgsRedactor, TextRedactor
 from .summaries import APPROVAL, CANCELLED, ERROR, RESULT, START
 
@@ -241,6 +242,8 @@ class CallHandle:
             safe = redactor.feed(text)
             if not safe:
                 return
+            if not safe.isascii():
+                safe = safe_text(safe)  # a lone surrogate cannot go on the wire
             coalescer = t._coalescer
             if coalescer is not None:
                 coalescer.args(self, safe)
@@ -385,6 +388,8 @@ class CallHandle:
                 return
             if self.hidden or not text:
                 return
+            if not text.isascii():
+                text = safe_text(text)  # a lone surrogate cannot go on the wire
             redactor = self._out_redactor
             if redactor is None:
                 redactor = self._out_redactor = t.payload.text_redactor()

@@ -299,6 +299,7 @@ class RunScope:
                 ],
                 "run finished",
             )
+            t._finish_messages(self.run_id)
             t._runs.pop(self.run_id, None)
             t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from .build import deep_size
-from .events import CallSnapshot, ErrorInfo, JSONValue, Snapshot
+from .events import CallSnapshot, ErrorInfo, JSONValue, MessageSnapshot, Snapshot
 from .jsonenc import dumps
 
 __all__ = ["DEFAULT_RESET_BYTES", "FIELD_BYTES", "bound_snapshot"]
@@ -100,9 +100,11 @@ def bound_snapshot(snapshot: Snapshot, max_bytes: int) -> Snapshot:
     """``snapshot`` with every call field capped at :data:`FIELD_BYTES`, and within
     ``max_bytes`` as a whole: the oldest finished calls are left out first; if the open
     calls alone are over, their fields shrink to short previews."""
+    field_limit = min(FIELD_BYTES, max(_SQUEEZED_BYTES, max_bytes // 4))
+    if snapshot.messages:
+        snapshot = _bound_messages(snapshot, field_limit, max_bytes // 2)
     calls = snapshot.calls
     sizes = [_size(c) for c in calls]
-    field_limit = min(FIELD_BYTES, max(_SQUEEZED_BYTES, max_bytes // 4))
     if sum(sizes) <= max_bytes and max(sizes, default=0) <= field_limit:
         return snapshot  # the common case: nothing to cut
     capped = [
@@ -124,4 +126,33 @@ def bound_snapshot(snapshot: Snapshot, max_bytes: int) -> Snapshot:
     kept = tuple(c for i, c in enumerate(capped) if not c.state.terminal or i in keep)
     ids = {c.call_id for c in kept}
     batches = tuple(b for b in snapshot.batches if ids.intersection(b.call_ids) or not b.call_ids)
-    return Snapshot(calls=kept, runs=snapshot.runs, batches=batches)
+    return Snapshot(calls=kept, runs=snapshot.runs, batches=batches, messages=snapshot.messages)
+
+
+def _message_size(message: MessageSnapshot) -> int:
+    return _CALL_OVERHEAD + len(message.text) + len(message.reasoning)
+
+
+def _bound_messages(snapshot: Snapshot, field_limit: int, budget: int) -> Snapshot:
+    """Messages with their text and reasoning capped at ``field_limit`` (the newest text
+    kept), within ``budget`` as a whole: those of open runs stay, the oldest others go
+    first."""
+    messages = list(snapshot.messages)
+    for i, message in enumerate(messages):
+        text = _cap_text(message.text, field_limit, keep_end=True)
+        reasoning = _cap_text(message.reasoning, field_limit, keep_end=True)
+        if text is not message.text or reasoning is not message.reasoning:
+            messages[i] = attrs.evolve(message, text=text, reasoning=reasoning)
+    sizes = [_message_size(m) for m in messages]
+    if sum(sizes) > budget:
+        running = {r.run_id for r in snapshot.runs if r.state == "running"}
+        total = sum(sizes)
+        keep = [True] * len(messages)
+        for i, message in enumerate(messages):  # oldest first
+            if total <= budget:
+                break
+            if message.run_id not in running or message.run_id is None:
+                keep[i] = False
+                total -= sizes[i]
+        messages = [m for m, kept in zip(messages, keep, strict=True) if kept]
+    return attrs.evolve(snapshot, messages=tuple(messages))

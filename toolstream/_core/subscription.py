@@ -31,7 +31,9 @@ from typing_extensions import Self
 from .errors import SlowConsumer
 from .events import (
     DELTA_EVENTS,
+    MESSAGE_EVENTS,
     Event,
+    MessageDelta,
     RunFinished,
     Snapshot,
     StreamReset,
@@ -188,6 +190,8 @@ def coalesce(events: list[Event]) -> tuple[list[Event], int]:
     for event in events:
         kind = type(event)
         call_id = event.call_id
+        if not call_id and kind in MESSAGE_EVENTS:
+            call_id = "\0" + event.message_id  # type: ignore[attr-defined]  # its message's key
         if call_id and kind in DELTA_EVENTS:
             j = last.get(call_id)
             if j is not None:
@@ -215,6 +219,10 @@ def _merge(prev: Event, event: Event) -> Event | None:
         return attrs.evolve(event, delta=prev.delta + event.delta)
     if isinstance(event, ToolOutputDelta) and isinstance(prev, ToolOutputDelta):
         if len(prev.text) + len(event.text) > _MERGED_TEXT_LIMIT:
+            return None
+        return attrs.evolve(event, text=prev.text + event.text)
+    if isinstance(event, MessageDelta) and isinstance(prev, MessageDelta):
+        if prev.kind != event.kind or len(prev.text) + len(event.text) > _MERGED_TEXT_LIMIT:
             return None
         return attrs.evolve(event, text=prev.text + event.text)
     if (

@@ -40,6 +40,7 @@ from .events import (
     CallState,
     Event,
     JSONValue,
+    MessageStarted,
     RunFinished,
     StreamReset,
     ToolCancelled,
@@ -48,6 +49,7 @@ from .events import (
 )
 from .handle import AWAITING, DONE, NEW, RUNNING, Ask, CallHandle
 from .jsonenc import is_utf8
+from .message import MessageHandle, check_role
 from .payload import PayloadPolicy, default_policy
 from .scopes import (
     Batch,
@@ -159,6 +161,8 @@ class Tracker:
         # Ended call ids -> how many calls used them.
         self._finished_ids: OrderedDict[str, int] = OrderedDict()
         self._runs: dict[str, RunScope] = {}
+        # Open messages by id.
+        self._messages: dict[str, MessageHandle] = {}
         # Approvals asked by this tracker's calls whose decision is not applied yet.
         self._asked: dict[str, CallHandle] = {}
         # The bus's clock (expires_at is on it); the wall clock for a bus without one.
@@ -186,6 +190,43 @@ class Tracker:
         if run_id is not None:
             _check_id("run_id", run_id)
         return RunScope(self, run_id or _new_id("run"), title)
+
+    def message(
+        self,
+        message_id: str | None = None,
+        role: str = "assistant",
+        *,
+        run_id: str | None = None,
+    ) -> MessageHandle:
+        """A message of the agent (its answer text, its reasoning) in the current run
+        (or ``run_id``): publishes ``message.started`` now. ``with tracker.message() as
+        m: m.delta("...")``; see :class:`~toolstream.MessageHandle`.
+
+        A ``message_id`` that is already open returns that message's handle.
+        """
+        if message_id is not None:
+            _check_id("message_id", message_id)
+        check_role(role)
+        if run_id is not None:
+            _check_id("run_id", run_id)
+        run = self._run_for(run_id)
+        with self._lock:
+            key = message_id or _new_id("msg")
+            existing = self._messages.get(key)
+            if existing is not None:
+                return existing
+            handle = MessageHandle(self, key, role, run)
+            if self._closed:
+                self._violation(
+                    f"message {key!r}: started after the tracker closed", key, "closed", "message"
+                )
+                handle.finished = True
+                return handle
+            self._messages[key] = handle
+            if self._coalescer is not None:
+                self._coalescer.flush()  # what calls hold goes out before the message
+            handle._emit(MessageStarted, role=role)
+            return handle
 
     def create(
         self,
@@ -412,6 +453,7 @@ class Tracker:
             if self._closed:
                 return
             self._close_calls(list(self._open.values()), "session closed")
+            self._finish_messages(None)
             for run in reversed(list(self._runs.values())):  # innermost first
                 run._finished = True
                 self._publish(RunFinished, run_id=run.run_id, outcome="cancelled", error=None)
@@ -553,6 +595,28 @@ class Tracker:
                 handle._finish_locked(
                     CallState.CANCELLED, ToolCancelled, reason=reason, summary=summary
                 )
+
+    def _finish_messages(self, run_id: str | None) -> None:
+        """Finish the open messages of ``run_id`` (all of them: None; lock held)."""
+        for handle in list(self._messages.values()):
+            if run_id is None or handle.run_id == run_id:
+                handle._finish_locked()
+
+    def _emit_message(self, cls: type[Event], run_id: str | None, fields: dict[str, Any]) -> None:
+        """Publish one event of a message (lock held)."""
+        fields["session"] = self.session
+        fields["run_id"] = run_id
+        fields["call_id"] = ""
+        fields["tool"] = ""
+        fields["parent_call_id"] = None
+        fast = self._fast
+        try:
+            if fast is not None:
+                fast(_BUILDERS[cls], self.session, fields)
+            else:
+                self.bus.publish(cls, **fields)
+        except BusClosed:
+            self._bus_gone()
 
     def _emit(self, cls: type[Event], handle: CallHandle, fields: dict[str, Any]) -> Event | None:
         """Publish one event of ``handle`` (lock held); returns it (None: bus closed)."""

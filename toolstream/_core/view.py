@@ -16,6 +16,10 @@ from .events import (
     ErrorInfo,
     Event,
     JSONValue,
+    MessageDelta,
+    MessageFinished,
+    MessageSnapshot,
+    MessageStarted,
     PendingApproval,
     RunFinished,
     RunSnapshot,
@@ -146,6 +150,79 @@ class _Call:
         return snap
 
 
+class _Message:
+    """The mutable record behind one message; published as a frozen MessageSnapshot."""
+
+    __slots__ = (
+        "finished",
+        "first_event_id",
+        "held",
+        "last_event_id",
+        "message_id",
+        "reasoning",
+        "role",
+        "run_id",
+        "snap",
+        "text",
+    )
+
+    def __init__(self, message_id: str, run_id: str | None, first_event_id: str | None) -> None:
+        self.message_id = message_id
+        self.run_id = run_id
+        self.role = "assistant"
+        self.text: list[str] = []
+        self.held = 0  # characters in text and reasoning
+        self.reasoning: list[str] = []
+        self.finished = False
+        self.first_event_id = first_event_id
+        self.last_event_id = first_event_id or ""
+        self.snap: MessageSnapshot | None = None
+
+    @classmethod
+    def from_snapshot(cls, snap: MessageSnapshot) -> _Message:
+        rec = cls(snap.message_id, snap.run_id, snap.first_event_id)
+        rec.role = snap.role
+        rec.text = [snap.text] if snap.text else []
+        rec.held = len(snap.text) + len(snap.reasoning)
+        rec.reasoning = [snap.reasoning] if snap.reasoning else []
+        rec.finished = snap.finished
+        rec.last_event_id = snap.last_event_id or rec.last_event_id
+        rec.snap = snap
+        return rec
+
+    def copy(self) -> _Message:
+        rec = _Message(self.message_id, self.run_id, self.first_event_id)
+        rec.role = self.role
+        rec.text = list(self.text)
+        rec.held = self.held
+        rec.reasoning = list(self.reasoning)
+        rec.finished = self.finished
+        rec.last_event_id = self.last_event_id
+        rec.snap = self.snap
+        return rec
+
+    def snapshot(self, max_text: int) -> MessageSnapshot:
+        snap = self.snap
+        if snap is None:
+            # Past max_text, the newest text is kept (as for a call's output).
+            text = "".join(self.text)[-max_text:] if max_text else ""
+            self.text = [text] if text else []
+            reasoning = "".join(self.reasoning)[-max_text:] if max_text else ""
+            self.reasoning = [reasoning] if reasoning else []
+            self.held = len(text) + len(reasoning)
+            snap = self.snap = MessageSnapshot(
+                message_id=self.message_id,
+                role=self.role,
+                run_id=self.run_id,
+                text=text,
+                reasoning=reasoning,
+                finished=self.finished,
+                first_event_id=self.first_event_id,
+                last_event_id=self.last_event_id,
+            )
+        return snap
+
+
 class _SnapshotMapping(Mapping[str, CallSnapshot]):
     """Read-only ``call_id -> CallSnapshot`` view of a LiveView's calls."""
 
@@ -169,7 +246,7 @@ class _SnapshotMapping(Mapping[str, CallSnapshot]):
 
 
 class LiveView:
-    """Applies events and keeps what each call, run and batch looks like now.
+    """Applies events and keeps what each call, run, batch and message looks like now.
 
     Tolerant (a call first seen at any event is shown), idempotent (an event
     older than the call's newest applied one is ignored, so replays are
@@ -203,6 +280,7 @@ class LiveView:
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._runs: OrderedDict[str, RunSnapshot] = OrderedDict()
         self._batches: OrderedDict[str, BatchSnapshot] = OrderedDict()
+        self._messages: OrderedDict[str, _Message] = OrderedDict()
         #: Id of the newest event applied (a resume cursor), or None.
         self.last_id: str | None = None
         self.calls: Mapping[str, CallSnapshot] = _SnapshotMapping(self._calls, max_text)
@@ -219,6 +297,12 @@ class LiveView:
     def batches(self) -> Mapping[str, BatchSnapshot]:
         """``batch_id -> BatchSnapshot``."""
         return self._batches
+
+    @property
+    def messages(self) -> Mapping[str, MessageSnapshot]:
+        """``message_id -> MessageSnapshot``: the messages of the open runs and the
+        newest others (as many as ``max_runs``), oldest first."""
+        return {k: m.snapshot(self.max_text) for k, m in self._messages.items()}
 
     def open_calls(self) -> list[CallSnapshot]:
         """The calls not yet in a terminal state, oldest first."""
@@ -238,7 +322,12 @@ class LiveView:
         if run_id is not None:
             ids = {c.call_id for c in calls}
             batches = tuple(b for b in batches if ids.intersection(b.call_ids))
-        return Snapshot(calls=calls, runs=runs, batches=batches)
+        messages = tuple(
+            m.snapshot(self.max_text)
+            for m in self._messages.values()
+            if run_id is None or m.run_id == run_id
+        )
+        return Snapshot(calls=calls, runs=runs, batches=batches, messages=messages)
 
     def copy(self) -> LiveView:
         """An independent copy (applying events to it leaves this view unchanged)."""
@@ -253,6 +342,7 @@ class LiveView:
         new._finished.update(self._finished)
         new._runs.update(self._runs)
         new._batches.update(self._batches)
+        new._messages.update((k, m.copy()) for k, m in self._messages.items())
         new.last_id = self.last_id
         return new
 
@@ -271,6 +361,7 @@ class LiveView:
                     state="running",
                     title=event.title,
                     started_ts=event.ts,
+                    first_event_id=event.id,
                 )
             )
             return True
@@ -284,6 +375,7 @@ class LiveView:
                     started_ts=old.started_ts if old else None,
                     ended_ts=event.ts,
                     error=event.error,
+                    first_event_id=old.first_event_id if old else None,
                 )
             )
             return True
@@ -299,6 +391,8 @@ class LiveView:
                 self._batches.popitem(last=False)
             return True
         if not event.call_id:
+            if isinstance(event, (MessageStarted, MessageDelta, MessageFinished)):
+                return self._apply_message(event)
             return False
         return self._apply_call(event)
 
@@ -371,14 +465,55 @@ class LiveView:
                     started_ts=run.started_ts,
                     ended_ts=ts,
                     error=ErrorInfo(type="Lost", message="lost in a stream reset"),
+                    first_event_id=run.first_event_id,
                 )
         for run in snapshot.runs:
             self._set_run(run)
         for batch in snapshot.batches:
             self._batches[batch.batch_id] = batch
+        for message in snapshot.messages:
+            self._messages[message.message_id] = _Message.from_snapshot(message)
+            self._messages.move_to_end(message.message_id)
+        self._trim_messages()
         self._trim()
         if event_id is not None:
             self.last_id = event_id
+
+    def _apply_message(self, event: MessageStarted | MessageDelta | MessageFinished) -> bool:
+        message_id = event.message_id
+        rec = self._messages.get(message_id)
+        if rec is None:
+            rec = self._messages[message_id] = _Message(message_id, event.run_id, event.id)
+            self._trim_messages()
+        elif self._check_replays and self._compare(event.id, rec.last_event_id) <= 0:
+            return False  # a replay
+        rec.last_event_id = event.id
+        rec.snap = None
+        if isinstance(event, MessageDelta):
+            parts = rec.reasoning if event.kind == "reasoning" else rec.text
+            parts.append(event.text)
+            rec.held += len(event.text)
+            if rec.held > 2 * self.max_text:  # bounded, as a call's output is
+                for kept in (rec.text, rec.reasoning):
+                    kept[:] = ["".join(kept)[-self.max_text :]] if kept else []
+                rec.held = sum(len(p) for p in (*rec.text, *rec.reasoning))
+        elif isinstance(event, MessageStarted):
+            rec.role = event.role
+        else:
+            rec.finished = True
+        return True
+
+    def _trim_messages(self) -> None:
+        """Keep the messages of open runs, and at most ``max_runs`` others."""
+        messages = self._messages
+        if len(messages) <= self.max_runs:
+            return
+        for message_id, rec in list(messages.items()):
+            if len(messages) <= self.max_runs:
+                break
+            run = self._runs.get(rec.run_id or "")
+            if rec.finished or run is None or run.state != "running":
+                del messages[message_id]
 
     def _set_run(self, run: RunSnapshot) -> None:
         self._runs[run.run_id] = run

@@ -21,16 +21,20 @@ from toolstream import (
     CallState,
     ErrorInfo,
     Event,
+    MessageDelta,
+    MessageFinished,
+    MessageSnapshot,
     RunFinished,
     RunStarted,
     Snapshot,
     StreamReset,
 )
+from toolstream._core.events import MESSAGE_EVENTS
 from toolstream._core.ids import seq_key
 
 from ._base import BaseDialect, WireMessage
 
-__all__ = ["CallMemory", "RunFramedDialect", "RunFraming"]
+__all__ = ["CallMemory", "MessageMemory", "RunFramedDialect", "RunFraming"]
 
 _MAX_FINISHED = 10_000
 
@@ -50,6 +54,15 @@ class CallMemory:
     approval_expires: float | None = None
 
 
+@attrs.define
+class MessageMemory:
+    """What a client already received about one message."""
+
+    message_id: str
+    text_open: bool = False  # the text part was started on the wire and not ended
+    reasoning_open: bool = False  # the same for the reasoning part
+
+
 class RunFraming:
     """Which run is open on the wire and which calls the client knows.
 
@@ -63,7 +76,9 @@ class RunFraming:
         self.implicit = False
         self.nested: set[str] = set()  # explicit runs started inside the open one
         self.calls: dict[str, CallMemory] = {}  # calls of the open run not yet ended
+        self.messages: dict[str, MessageMemory] = {}  # messages of the open run, not ended
         self._finished: OrderedDict[str, None] = OrderedDict()
+        self._finished_messages: OrderedDict[str, None] = OrderedDict()
 
     def saw(self, event: Event) -> None:
         """Learn the session (the AG-UI thread) from any event."""
@@ -80,6 +95,24 @@ class RunFraming:
         self._finished[call_id] = None
         if len(self._finished) > _MAX_FINISHED:
             self._finished.popitem(last=False)
+
+    def message_done(self, message_id: str) -> bool:
+        """True when the client already got this message's end."""
+        return message_id in self._finished_messages
+
+    def finish_message(self, message_id: str) -> None:
+        """Record a message's end (bounded memory of ended messages)."""
+        self.messages.pop(message_id, None)
+        self._finished_messages[message_id] = None
+        if len(self._finished_messages) > _MAX_FINISHED:
+            self._finished_messages.popitem(last=False)
+
+    def message(self, message_id: str) -> MessageMemory:
+        """The memory of a message of the open run (created on first sight)."""
+        memory = self.messages.get(message_id)
+        if memory is None:
+            memory = self.messages[message_id] = MessageMemory(message_id)
+        return memory
 
     def call(self, event: Event) -> CallMemory:
         """The memory of ``event``'s call (created on first sight)."""
@@ -125,8 +158,8 @@ class RunFraming:
         return [c for c in self.calls.values() if c.approval is not None]
 
     def implicit_may_close(self) -> bool:
-        """An implicit run with no open call left closes."""
-        return self.run is not None and self.implicit and not self.calls
+        """An implicit run with no open call or message left closes."""
+        return self.run is not None and self.implicit and not self.calls and not self.messages
 
     # -- resets -------------------------------------------------------------------------
 
@@ -207,6 +240,30 @@ class RunFramedDialect(BaseDialect):
         """After a reset: what brings a client to an open call's current state."""
         raise NotImplementedError
 
+    def _message_text(
+        self, message: MessageMemory, kind: str, text: str
+    ) -> list[WireMessage]:  # pragma: no cover
+        """Text (``kind`` ``"text"`` or ``"reasoning"``) appended to a message."""
+        raise NotImplementedError
+
+    def _end_message(self, message: MessageMemory) -> list[WireMessage]:  # pragma: no cover
+        """End what is open of a message on the wire."""
+        raise NotImplementedError
+
+    def pause(self) -> list[WireMessage]:  # pragma: no cover
+        """The messages that end a response where the run waits for a person, leaving
+        the calls that wait open; the dialect continues the run with what follows."""
+        raise NotImplementedError
+
+    def _end_messages(self) -> list[WireMessage]:
+        """End every open message of the run (before the run's own end)."""
+        frame = self._frame
+        out: list[WireMessage] = []
+        for message in list(frame.messages.values()):
+            out += self._end_message(message)
+            frame.finish_message(message.message_id)
+        return out
+
     # -- the shared part ------------------------------------------------------------------
 
     def encode(self, event: Event) -> list[WireMessage]:
@@ -229,6 +286,8 @@ class RunFramedDialect(BaseDialect):
         if isinstance(event, BatchPhase):
             # Outside a run it has nothing to ride on (its calls already ended).
             return self._batch_phase(event) if frame.run is not None else []
+        if type(event) in MESSAGE_EVENTS:
+            return self._message_event(event)
         if not event.call_id or frame.finished(event.call_id):
             return []
         if frame.run is None and isinstance(event, ApprovalResolved):
@@ -244,6 +303,54 @@ class RunFramedDialect(BaseDialect):
         out += self._call_event(frame.call(event), event)
         if frame.implicit_may_close():
             out += self._close_run()
+        return out
+
+    def _message_event(self, event: Event) -> list[WireMessage]:
+        """``message.*``: text and reasoning parts, inside a run (implicit if need be)."""
+        frame = self._frame
+        message_id: str = event.message_id  # type: ignore[attr-defined]
+        if frame.message_done(message_id):
+            return []
+        out: list[WireMessage] = []
+        if isinstance(event, MessageFinished):
+            memory = frame.messages.get(message_id)
+            if memory is not None:
+                out += self._end_message(memory)
+            frame.finish_message(message_id)
+        elif isinstance(event, MessageDelta):
+            if not event.text:
+                return []
+            if frame.run is None:
+                out += self._open_run(frame.implicit_id(event.id), implicit=True)
+            out += self._message_text(frame.message(message_id), event.kind, event.text)
+        if frame.implicit_may_close():
+            out += self._close_run()
+        return out
+
+    def _replay_messages(self, snapshot: Snapshot, runs: set[str | None]) -> list[WireMessage]:
+        """After a reset: the messages of the open run the client does not know, whole."""
+        frame = self._frame
+        out: list[WireMessage] = []
+        ordered = sorted(snapshot.messages, key=lambda m: seq_key(m.first_event_id))
+        for snap in ordered:
+            if snap.run_id not in runs or frame.message_done(snap.message_id):
+                continue
+            if snap.message_id in frame.messages:
+                continue  # the client has it (what it missed is not known here)
+            out += self._message_snapshot(snap)
+        return out
+
+    def _message_snapshot(self, snap: MessageSnapshot) -> list[WireMessage]:
+        frame = self._frame
+        memory = frame.message(snap.message_id)
+        out: list[WireMessage] = []
+        if snap.reasoning:
+            out += self._message_text(memory, "reasoning", snap.reasoning)
+        if snap.text:
+            out += self._message_text(memory, "text", snap.text)
+        if snap.finished:
+            out += self._end_message(memory)
+            frame.finish_message(snap.message_id)
         return out
 
     def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
@@ -263,6 +370,11 @@ class RunFramedDialect(BaseDialect):
             if call is None:
                 call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
             out += self._reopen(call, snap)
+        if run is not None:
+            runs: set[str | None] = {r.run_id for r in snapshot.runs if r.state == "running"}
+            if implicit:
+                runs = {None}
+            out += self._replay_messages(snapshot, runs)
         return out
 
     def prime(self, snapshot: Snapshot) -> None:

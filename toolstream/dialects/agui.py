@@ -16,6 +16,7 @@ from toolstream import (
     Decision,
     Event,
     JSONValue,
+    MessageStarted,
     RunFinished,
     Snapshot,
     StreamReset,
@@ -34,7 +35,7 @@ from toolstream import (
 )
 
 from ._base import WireMessage, drop_none
-from ._framing import CallMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, MessageMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AGUI", "decisions"]
 
@@ -45,7 +46,10 @@ def _json(value: JSONValue) -> str:
 
 class AGUI(RunFramedDialect):
     """AG-UI events: ``RUN_STARTED`` / ``RUN_FINISHED`` (or ``RUN_ERROR``) around
-    ``TOOL_CALL_START`` → ``TOOL_CALL_ARGS`` → ``TOOL_CALL_END`` → ``TOOL_CALL_RESULT``.
+    ``TOOL_CALL_START`` → ``TOOL_CALL_ARGS`` → ``TOOL_CALL_END`` → ``TOOL_CALL_RESULT``,
+    and the agent's messages: ``TEXT_MESSAGE_START`` / ``CONTENT`` / ``END`` (the
+    message's id) and ``REASONING_START``, ``REASONING_MESSAGE_START`` / ``CONTENT`` /
+    ``END``, ``REASONING_END`` (id ``<message id>-reasoning``).
 
     AG-UI has no tool error event: a failed or cancelled call gets a result whose
     content says so, plus a ``CUSTOM`` event (``toolstream.tool.failed`` /
@@ -75,6 +79,9 @@ class AGUI(RunFramedDialect):
         self._wire_run: str | None = None
         self._suspended = False
         self._continuations = 0
+        #: The id of the next continuation run (a client's ``runId``), else
+        #: ``<run id>.<n>``; used once.
+        self.continuation_id: str | None = None
 
     # -- message builders -----------------------------------------------------------
 
@@ -118,13 +125,19 @@ class AGUI(RunFramedDialect):
             return super().encode(event)
         if event.call_id and frame.finished(event.call_id):
             return []
+        message_id = getattr(event, "message_id", None)
+        if message_id is not None and (
+            frame.message_done(message_id) or isinstance(event, MessageStarted)
+        ):
+            return []  # ended at the interrupt, or nothing to say yet
         # The run goes on after the interrupt: a continuation run on the same thread.
         return [self._continue(), *super().encode(event)]
 
     def _continue(self) -> WireMessage:
         """A continuation of the toolstream run suspended on the wire: ``<run>.<n>``."""
         self._continuations += 1
-        self._wire_run = f"{self._frame.run}.{self._continuations}"
+        self._wire_run = self.continuation_id or f"{self._frame.run}.{self._continuations}"
+        self.continuation_id = None
         self._suspended = False
         return self._run_started(self._wire_run)
 
@@ -135,7 +148,7 @@ class AGUI(RunFramedDialect):
         waiting = frame.awaiting()
         if frame.run is None or not waiting or self._suspended:
             return []
-        out: list[WireMessage] = []
+        out = self._end_messages()
         for call in frame.open_calls():
             out += self._close_input(call)
         interrupts = [
@@ -173,7 +186,7 @@ class AGUI(RunFramedDialect):
             self._suspended = False
             self._wire_run = None
             return interrupt
-        out: list[WireMessage] = []
+        out = self._end_messages()
         for call in frame.open_calls():
             # The run cannot end with a call open, but the call itself may still end
             # well: close its input only; its result can follow (AG-UI does not order
@@ -195,6 +208,47 @@ class AGUI(RunFramedDialect):
         frame.run = None
         frame.implicit = False
         frame.nested.clear()
+        return out
+
+    def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
+        out: list[WireMessage] = []
+        if kind == "reasoning":
+            reasoning_id = f"{message.message_id}-reasoning"
+            if message.text_open:  # a new kind of text: the other one is done
+                message.text_open = False
+                out.append(self._msg("TEXT_MESSAGE_END", messageId=message.message_id))
+            if not message.reasoning_open:
+                message.reasoning_open = True
+                out.append(self._msg("REASONING_START", messageId=reasoning_id))
+                out.append(
+                    self._msg("REASONING_MESSAGE_START", messageId=reasoning_id, role="reasoning")
+                )
+            out.append(self._msg("REASONING_MESSAGE_CONTENT", messageId=reasoning_id, delta=text))
+        else:
+            out += self._end_reasoning(message)
+            if not message.text_open:
+                message.text_open = True
+                out.append(
+                    self._msg("TEXT_MESSAGE_START", messageId=message.message_id, role="assistant")
+                )
+            out.append(self._msg("TEXT_MESSAGE_CONTENT", messageId=message.message_id, delta=text))
+        return out
+
+    def _end_reasoning(self, message: MessageMemory) -> list[WireMessage]:
+        if not message.reasoning_open:
+            return []
+        message.reasoning_open = False
+        reasoning_id = f"{message.message_id}-reasoning"
+        return [
+            self._msg("REASONING_MESSAGE_END", messageId=reasoning_id),
+            self._msg("REASONING_END", messageId=reasoning_id),
+        ]
+
+    def _end_message(self, message: MessageMemory) -> list[WireMessage]:
+        out = self._end_reasoning(message)
+        if message.text_open:
+            message.text_open = False
+            out.append(self._msg("TEXT_MESSAGE_END", messageId=message.message_id))
         return out
 
     def _end_call(self, call: CallMemory, reason: str) -> list[WireMessage]:
@@ -417,6 +471,12 @@ class AGUI(RunFramedDialect):
             call.approval_expires = pending.expires_at
         return out
 
+    def pause(self) -> list[WireMessage]:
+        """End this response where the run waits for a person: ``RUN_FINISHED`` with the
+        interrupt outcome (the calls awaiting a decision stay open); what follows opens
+        a continuation run (``<run id>.<n>``)."""
+        return self._interrupt()
+
     def close(self) -> list[WireMessage]:
         """End the open calls (END, a result, CUSTOM) and the open run."""
         out: list[WireMessage] = []
@@ -446,8 +506,9 @@ def decisions(run_input: object) -> list[Decision]:
     ``ag-ui-protocol`` model): its ``resume`` entries answer the interrupts a run
     finished with. ``{"interruptId", "status": "resolved", "payload"}`` approves unless
     the payload says ``false`` or ``{"approved": false}`` (a payload object may carry a
-    ``reason`` and edited ``args``); ``status: "cancelled"`` denies. Malformed entries
-    are skipped; ``by`` is left for the host to set from its own principal.
+    ``reason`` and edited ``args``); ``status: "cancelled"`` denies (reason
+    ``"cancelled"``). Malformed entries are skipped; ``by`` is left for the host to set
+    from its own principal.
     """
     data: Any = run_input
     dump = getattr(run_input, "model_dump", None)
@@ -481,6 +542,8 @@ def decisions(run_input: object) -> list[Decision]:
             reason = text if isinstance(text, str) else None
             edited = payload.get("args")
             args = edited if isinstance(edited, dict) and approved else None
+        if status == "cancelled" and reason is None:
+            reason = "cancelled"  # what a client sends for an interrupt it gave up on
         seen.add(interrupt_id)
         out.append(Decision(approval_id=interrupt_id, approved=approved, reason=reason, args=args))
     return out

@@ -30,14 +30,16 @@ from toolstream import (
 )
 
 from ._base import WireMessage, drop_none
-from ._framing import CallMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, MessageMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AISDK", "decisions"]
 
 
 class AISDK(RunFramedDialect):
     """UI message stream chunks: ``start`` / ``start-step`` … ``finish-step`` / ``finish``
-    around ``tool-input-start`` → ``tool-input-delta`` → ``tool-input-available`` (or
+    around the message's text (``text-start`` / ``-delta`` / ``-end``, part id = the
+    message id) and reasoning (``reasoning-*``, part id ``<message id>-reasoning``), and
+    ``tool-input-start`` → ``tool-input-delta`` → ``tool-input-available`` (or
     ``tool-input-error``) → ``tool-output-available`` (or ``tool-output-error``).
 
     Partial output is ``tool-output-available`` with ``preliminary: true`` carrying the
@@ -62,6 +64,8 @@ class AISDK(RunFramedDialect):
         # The message left waiting for a person (a run finished "interrupted").
         self._waiting: str | None = None
         self._message_id: str | None = None
+        # The response ended at a wait (pause()): the next output restarts the message.
+        self._paused = False
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -88,7 +92,7 @@ class AISDK(RunFramedDialect):
         frame = self._frame
         if frame.run is None:
             return []
-        out: list[WireMessage] = []
+        out = self._end_messages()
         for call in frame.closing_calls(event):
             out += self._end_call(call, "Cancelled: the run ended before the call")
         if event is not None and event.outcome == "failed":
@@ -101,6 +105,39 @@ class AISDK(RunFramedDialect):
         frame.run = None
         frame.implicit = False
         frame.nested.clear()
+        return out
+
+    # -- messages ------------------------------------------------------------------------
+
+    def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
+        out: list[WireMessage] = []
+        if kind == "reasoning":
+            part = f"{message.message_id}-reasoning"
+            if message.text_open:  # a new kind of text: the other part is done
+                message.text_open = False
+                out.append(self._msg("text-end", id=message.message_id))
+            if not message.reasoning_open:
+                message.reasoning_open = True
+                out.append(self._msg("reasoning-start", id=part))
+            out.append(self._msg("reasoning-delta", id=part, delta=text))
+        else:
+            if message.reasoning_open:
+                message.reasoning_open = False
+                out.append(self._msg("reasoning-end", id=f"{message.message_id}-reasoning"))
+            if not message.text_open:
+                message.text_open = True
+                out.append(self._msg("text-start", id=message.message_id))
+            out.append(self._msg("text-delta", id=message.message_id, delta=text))
+        return out
+
+    def _end_message(self, message: MessageMemory) -> list[WireMessage]:
+        out: list[WireMessage] = []
+        if message.reasoning_open:
+            message.reasoning_open = False
+            out.append(self._msg("reasoning-end", id=f"{message.message_id}-reasoning"))
+        if message.text_open:
+            message.text_open = False
+            out.append(self._msg("text-end", id=message.message_id))
         return out
 
     # -- calls ---------------------------------------------------------------------------
@@ -310,8 +347,36 @@ class AISDK(RunFramedDialect):
                 out += self._approval_request(call, pending.approval_id, pending.reason)
         return out
 
+    def encode(self, event: Event) -> list[WireMessage]:
+        """As the run framing does; after :meth:`pause`, output continues the same
+        message (a ``start`` with its id, ``start-step``), as ``useChat`` expects of the
+        response to the request that carries the decision."""
+        out = super().encode(event)
+        if self._paused and out:
+            self._paused = False
+            first = out[0].payload
+            if not (isinstance(first, dict) and first.get("type") == "start"):
+                restart = [self._msg("start", messageId=self._message_id), self._msg("start-step")]
+                out = restart + out
+        return out
+
+    def pause(self) -> list[WireMessage]:
+        """End this response where the run waits for a person: the open text parts end,
+        then ``finish-step``, ``finish`` (``finishReason: "tool-calls"``, which ``useChat``
+        reads as a turn to continue once the approval is answered) and ``[DONE]``. The
+        calls stay as they are; what follows goes on the same message."""
+        out: list[WireMessage] = []
+        if self._frame.run is not None and not self._paused:
+            out += self._end_messages()
+            out += [self._msg("finish-step"), self._msg("finish", finishReason="tool-calls")]
+            self._paused = True
+        out.append(WireMessage(raw="[DONE]"))
+        return out
+
     def close(self) -> list[WireMessage]:
         """End the open calls and the open message, then ``[DONE]``."""
+        if self._paused:  # the response ended at the wait already
+            return [WireMessage(raw="[DONE]")]
         out: list[WireMessage] = []
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")

@@ -64,16 +64,28 @@ def field(
 
 
 class Ingest:
-    """Turns one model turn's stream into tracker calls. Subclasses parse chunks.
+    """Turns one model turn's stream into tracker calls, and its text and reasoning into
+    a message (``tracker.message``; ``messages=False``: calls only). Subclasses parse
+    chunks.
 
     ``feed(chunk)`` one chunk (or event) at a time; ``finish(error=None)`` returns the
     calls whose input is complete. Used as a context manager, leaving it with an
     exception fails every call not yet ready, exactly once.
     """
 
-    def __init__(self, tracker: ts.Tracker, on_text: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        tracker: ts.Tracker,
+        on_text: Callable[[str], object] | None = None,
+        *,
+        messages: bool = True,
+    ) -> None:
         self.tracker = tracker
         self.on_text = on_text
+        #: Whether the stream's text and reasoning are published as a message.
+        self.messages = messages
+        #: The message the stream's text and reasoning went to (made at the first text).
+        self.message: ts.MessageHandle | None = None
         #: Every call announced in this stream, in order.
         self.calls: list[ts.CallHandle] = []
         self._finished = False
@@ -94,9 +106,31 @@ class Ingest:
             self.calls.append(handle)
         return handle
 
-    def _text(self, text: object) -> None:
-        if self.on_text is not None and isinstance(text, str) and text:
+    def _text(self, text: object, message_id: object = None) -> None:
+        """Answer text the model wrote: to ``on_text`` and the stream's message."""
+        if not isinstance(text, str) or not text:
+            return
+        if self.on_text is not None:
             self.on_text(text)
+        if self.messages:
+            self._message(message_id).delta(text)
+
+    def _reasoning(self, text: object, message_id: object = None) -> None:
+        """Reasoning the model wrote: to the stream's message."""
+        if self.messages and isinstance(text, str) and text:
+            self._message(message_id).reasoning(text)
+
+    def _message(self, message_id: object) -> ts.MessageHandle:
+        """The stream's message (the provider's id for it, when it has a usable one)."""
+        message = self.message
+        if message is None or message.finished:
+            given = message_id if isinstance(message_id, str) and message_id else None
+            try:
+                message = self.tracker.message(given)
+            except ValueError:
+                message = self.tracker.message()
+            self.message = message
+        return message
 
     @staticmethod
     def _complete_input(handle: ts.CallHandle) -> None:
@@ -149,6 +183,8 @@ class Ingest:
                 self._fail_pending(error)
             elif self._failed is None:
                 self._close_open_inputs()
+            if self.message is not None and not self.message.finished:
+                self.message.finish()
         return [h for h in self.calls if not h.done]
 
     def __enter__(self) -> Ingest:

@@ -24,8 +24,14 @@ class AnthropicIngest(Ingest):
     ``on_text`` receives the text. An ``error`` event fails every call not yet ready.
     """
 
-    def __init__(self, tracker: ts.Tracker, on_text: Callable[[str], object] | None = None) -> None:
-        super().__init__(tracker, on_text)
+    def __init__(
+        self,
+        tracker: ts.Tracker,
+        on_text: Callable[[str], object] | None = None,
+        *,
+        messages: bool = True,
+    ) -> None:
+        super().__init__(tracker, on_text, messages=messages)
         self._blocks: dict[int, ts.CallHandle] = {}
         self._message_id: str | None = None
         self.stop_reason: str | None = None
@@ -52,7 +58,9 @@ class AnthropicIngest(Ingest):
                     return  # announced already (a repeated event)
                 self._blocks[index] = self._announce(name, call_id, parent_id=self._message_id)
             elif block_type == "text":
-                self._text(block.get("text"))
+                self._text(block.get("text"), self._message_id)
+            elif block_type == "thinking":
+                self._reasoning(block.get("thinking"), self._message_id)
         elif kind == "content_block_delta":
             index = field(event, "index", int, where)
             delta = as_mapping(event.get("delta"), f"{where}.delta")
@@ -65,7 +73,9 @@ class AnthropicIngest(Ingest):
                 if text and handle.state is ts.CallState.CREATED:
                     handle.args_delta(text)
             elif delta_type == "text_delta":
-                self._text(delta.get("text"))
+                self._text(delta.get("text"), self._message_id)
+            elif delta_type == "thinking_delta":
+                self._reasoning(delta.get("thinking"), self._message_id)
         elif kind == "content_block_stop":
             index = field(event, "index", int, where)
             handle = self._blocks.get(index)

@@ -31,8 +31,14 @@ class OpenAIChatIngest(Ingest):
     free-form input is published as a JSON string.
     """
 
-    def __init__(self, tracker: ts.Tracker, on_text: Callable[[str], object] | None = None) -> None:
-        super().__init__(tracker, on_text)
+    def __init__(
+        self,
+        tracker: ts.Tracker,
+        on_text: Callable[[str], object] | None = None,
+        *,
+        messages: bool = True,
+    ) -> None:
+        super().__init__(tracker, on_text, messages=messages)
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._current: dict[int, int] = {}  # choice index -> tool-call index being streamed
         self.finish_reason: str | None = None
@@ -49,7 +55,10 @@ class OpenAIChatIngest(Ingest):
             delta = choice.get("delta")
             if delta is not None:
                 delta = as_mapping(delta, f"{cwhere}.delta")
-                self._text(delta.get("content"))
+                # Reasoning, as hosts that stream it put it (vLLM, DeepSeek, OpenRouter).
+                reasoning = delta.get("reasoning_content", delta.get("reasoning"))
+                self._reasoning(reasoning, data.get("id"))
+                self._text(delta.get("content"), data.get("id"))
                 calls = field(delta, "tool_calls", list, f"{cwhere}.delta", required=False) or []
                 for k, raw_call in enumerate(calls):
                     self._tool_fragment(

@@ -35,8 +35,14 @@ class OpenAIResponsesIngest(Ingest):
     ``response.output_text.delta`` text. Unknown event types are ignored.
     """
 
-    def __init__(self, tracker: ts.Tracker, on_text: Callable[[str], object] | None = None) -> None:
-        super().__init__(tracker, on_text)
+    def __init__(
+        self,
+        tracker: ts.Tracker,
+        on_text: Callable[[str], object] | None = None,
+        *,
+        messages: bool = True,
+    ) -> None:
+        super().__init__(tracker, on_text, messages=messages)
         self._items: dict[str, _Item] = {}  # item id (fc_…) -> call
         self.status: str | None = None
 
@@ -72,7 +78,9 @@ class OpenAIResponsesIngest(Ingest):
                 final = item_data.get(_CALL_ITEMS.get(found.kind, "arguments"))
                 self._ready(found, final if isinstance(final, str) else None)
         elif kind == "response.output_text.delta":
-            self._text(event.get("delta"))
+            self._text(event.get("delta"), event.get("item_id"))
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            self._reasoning(event.get("delta"))
         elif kind == "response.completed":
             self.status = "completed"
             self._close_open_inputs()

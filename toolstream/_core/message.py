@@ -1,0 +1,177 @@
+"""MessageHandle: the assistant's text in a run, streamed like a call's output.
+
+``tracker.message()`` makes one. Its text and reasoning go through the tracker's payload
+policy as a call's output text does: streaming redaction (what could still be a secret
+is held back until it cannot), chunking, and the tracker's ``coalesce``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from typing_extensions import Self
+
+from .events import Event, MessageDelta, MessageFinished, MessageKind
+from .jsonenc import safe_text
+
+if TYPE_CHECKING:
+    from .redaction import TextRedactor
+    from .tracker import Tracker
+
+__all__ = ["MessageHandle"]
+
+
+class MessageHandle:
+    """One message of the agent (its answer text and reasoning) inside a run.
+
+    ::
+
+        with tracker.message() as message:
+            message.reasoning("The user asks for the weather; ")
+            message.delta("It is sunny in Paris.")
+
+    ``delta(text)`` appends answer text, ``reasoning(text)`` reasoning text;
+    ``finish()`` (or leaving the ``with`` block) publishes ``message.finished``. A
+    message left open is finished when its run finishes or its tracker closes. Every
+    method may be called from any thread; calls after ``finish()`` are lifecycle
+    violations (dropped with a warning, or raised by a strict tracker).
+    """
+
+    __slots__ = ("_kind", "_redactors", "_tracker", "finished", "message_id", "role", "run_id")
+
+    def __init__(self, tracker: Tracker, message_id: str, role: str, run_id: str | None) -> None:
+        self._tracker = tracker
+        #: The message's id (the AI SDK text part's and AG-UI message's id).
+        self.message_id = message_id
+        #: ``"assistant"`` unless given.
+        self.role = role
+        #: The run the message belongs to, if any.
+        self.run_id = run_id
+        #: True after :meth:`finish`.
+        self.finished = False
+        self._kind: MessageKind | None = None  # the kind of the newest text
+        self._redactors: dict[str, TextRedactor] = {}
+
+    def __repr__(self) -> str:
+        return f"<MessageHandle {self.message_id!r} finished={self.finished}>"
+
+    def delta(self, text: str) -> None:
+        """Append ``text`` to the message's answer."""
+        self._append("text", text)
+
+    def reasoning(self, text: str) -> None:
+        """Append ``text`` to the message's reasoning."""
+        self._append("reasoning", text)
+
+    def finish(self) -> None:
+        """Publish what is held back, then ``message.finished`` (once)."""
+        t = self._tracker
+        with t._lock:
+            if self.finished:
+                t._violation(
+                    f"message {self.message_id!r} is finished: finish() is not allowed",
+                    self.message_id,
+                    "finished",
+                    "finish",
+                )
+                return
+            self._finish_locked()
+
+    # -- context manager ---------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.finished:
+            self.finish()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.finished:
+            self.finish()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _append(self, kind: MessageKind, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"message text must be a str, not {type(text).__name__}")
+        t = self._tracker
+        with t._lock:
+            if self.finished or t._closed:
+                op = "delta" if kind == "text" else "reasoning"
+                t._violation(
+                    f"message {self.message_id!r} is finished: {op}() is not allowed",
+                    self.message_id,
+                    "finished",
+                    op,
+                )
+                return
+            if not text:
+                return
+            if not text.isascii():
+                text = safe_text(text)  # a lone surrogate cannot go on the wire
+            if self._kind is not None and self._kind != kind:
+                # The other kind ends here: what it holds goes out first (order kept).
+                self._flush(final_kind=self._kind)
+            self._kind = kind
+            redactor = self._redactors.get(kind)
+            if redactor is None:
+                redactor = self._redactors[kind] = t.payload.text_redactor()
+            safe = redactor.feed(text)
+            if not safe:
+                return
+            coalescer = t._coalescer
+            if coalescer is not None:
+                coalescer.message(self, kind, safe)
+            else:
+                self._publish_text(kind, safe)
+
+    def _finish_locked(self) -> None:
+        self._flush(final_kind="*")
+        self.finished = True
+        t = self._tracker
+        t._messages.pop(self.message_id, None)
+        self._emit(MessageFinished)
+
+    def _flush(self, *, final_kind: str | None = None) -> None:
+        """Publish what coalescing holds, and what the redactor of ``final_kind`` (every
+        kind: ``"*"``) still holds back (the tracker's lock is held)."""
+        coalescer = self._tracker._coalescer
+        held = coalescer.release(self) if coalescer is not None else None
+        pieces: list[tuple[MessageKind, str]] = list(held.message) if held is not None else []
+        if final_kind is not None:
+            kinds: tuple[MessageKind, ...] = (
+                ("reasoning", "text") if final_kind == "*" else (final_kind,)  # type: ignore[assignment]
+            )
+            for kind in kinds:
+                redactor = self._redactors.get(kind)
+                rest = redactor.flush() if redactor is not None else ""
+                if rest:
+                    pieces.append((kind, rest))
+        # Adjacent pieces of one kind go out as one text.
+        merged: list[tuple[MessageKind, str]] = []
+        for kind, text in pieces:
+            if merged and merged[-1][0] == kind:
+                merged[-1] = (kind, merged[-1][1] + text)
+            else:
+                merged.append((kind, text))
+        for kind, text in merged:
+            self._publish_text(kind, text)
+
+    def _publish_text(self, kind: MessageKind, text: str) -> None:
+        for piece in self._tracker.payload.chunks(text):
+            self._emit(MessageDelta, text=piece, kind=kind)
+
+    def _emit(self, cls: type[Event], **fields: Any) -> None:
+        fields["message_id"] = self.message_id
+        self._tracker._emit_message(cls, self.run_id, fields)
+
+
+def check_role(role: object) -> Literal[True]:
+    """A message's role is a non-empty string (``"assistant"``...)."""
+    if not isinstance(role, str) or not role or not role.isascii():
+        raise ValueError(f"role must be a non-empty ASCII string, got {role!r:.80}")
+    return True
