@@ -10,6 +10,7 @@ Each of those lives here, once. Private: the transports are the public face.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import signal
 import time
@@ -56,6 +57,9 @@ __all__ = [
     "may_read",
     "open_pump",
     "pump_for",
+    "read_body",
+    "respond",
+    "send_json",
     "request_info",
     "subscribe_at",
     "watch_server_exit",
@@ -431,3 +435,58 @@ async def watch_server_exit(scope: anyio.CancelScope, interval: float = 0.25) ->
     while not server_exiting():  # noqa: ASYNC110 - a flag set by a signal handler
         await anyio.sleep(interval)
     scope.cancel()
+
+
+# -- small HTTP responses (the SSE app's and the chat app's) ---------------------------------
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, or None when it is over ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def respond(
+    send: Send,
+    status: int,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    code: str | None = None,
+) -> None:
+    body: dict[str, Any] = {"error": message}
+    if code is not None:
+        body["code"] = code
+    await send_json(send, status, body, headers)
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -85,14 +85,32 @@ APPROVAL_TIMEOUT = 20.0
 
 
 async def run_turn(
-    tracker: Tracker, turn: int, *, speed: float = 1.0, approval_timeout: float = APPROVAL_TIMEOUT
+    tracker: Tracker,
+    turn: int,
+    *,
+    speed: float = 1.0,
+    approval_timeout: float = APPROVAL_TIMEOUT,
+    run_id: str | None = None,
+    title: str | None = None,
 ) -> None:
-    """One agent turn (a run) with every kind of call."""
+    """One agent turn (a run) with every kind of call, and the agent's text between
+    them (``run_id``: the run's id, as a chat endpoint asks for)."""
 
     async def pause(seconds: float) -> None:
         await anyio.sleep(seconds / speed)
 
-    async with tracker.run(title=f"Turn {turn}: research structured concurrency"):
+    async def say(text: str, reasoning: str = "") -> None:
+        """The agent's text, streamed a few characters at a time."""
+        async with tracker.message() as message:
+            for token in _tokens(reasoning):
+                message.reasoning(token)
+                await pause(0.02)
+            for token in _tokens(text):
+                message.delta(token)
+                await pause(0.03)
+
+    title = title or f"Turn {turn}: research structured concurrency"
+    async with tracker.run(run_id, title=title):
         # 1. A model streams a tool call, token by token, in OpenAI's chunk format; the
         #    ingest announces the card at the first token and fills its input live.
         ingest = OpenAIChatIngest(tracker)
@@ -107,6 +125,11 @@ async def run_turn(
                     await pause(0.15)
                     c.progress((i + 1) / 5, message=f"fetched {i + 1} of 5 result pages")
                 c.complete([{"title": f"Result {i}", "url": _PAGES[i % 3]} for i in range(5)])
+
+        await say(
+            "Five results. I will fetch the three most relevant pages, two at a time.",
+            reasoning="The first results are the official docs; fetching them is enough. ",
+        )
 
         # 2. A parallel batch: three fetches, at most two at a time.
         async def fetch_page(url: str) -> dict[str, Any]:
@@ -124,6 +147,8 @@ async def run_turn(
                 c.progress(current=i + 1, total=8, message=f"reading section {i + 1} of 8")
                 c.output_delta(f"Section {i + 1}: cancel scopes compose across libraries.\n")
             c.complete({"summary": "anyio runs on both asyncio and trio", "sections": 8})
+
+        await say("The sources agree: anyio runs on both asyncio and trio. Checking the tests.")
 
         # 4. A tool that fails.
         try:
@@ -154,6 +179,8 @@ async def run_turn(
             await pause(0.3)
             c.complete([{"id": i, "payload": "x" * 200} for i in range(5_000)])
 
+        await say("I would like to email these notes to the team; that needs your OK.")
+
         # 8. A call that needs a person's OK: the page shows Approve / Deny on its card;
         #    left alone, the approval expires and the call ends denied.
         try:
@@ -171,6 +198,8 @@ async def run_turn(
         # 9. A hidden internal tool: tracked, never published.
         async with tracker.call("_update_memory", {"note": "user prefers anyio"}):
             await pause(0.1)
+
+        await say("Done: the research notes are above.")
 
 
 async def run_agent(

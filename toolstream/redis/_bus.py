@@ -708,7 +708,10 @@ class RedisBus:
         """The session's calls, runs and batches as they stand, read from Redis plus
         this process's events not yet written (the async form of :meth:`snapshot`)."""
         require_asyncio("fetch_snapshot()")
-        state = await self._read_state(session)
+        try:
+            state = await self._read_state(session)
+        except NETWORK_ERRORS as exc:
+            raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
         return self._snapshot_of(session, state, run)
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:

@@ -182,20 +182,22 @@ class SSEApp:
             raise ValueError(f"SSEApp serves HTTP, not {kind!r}")
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
-            await _respond(send, 405, "only GET and POST are allowed", [(b"allow", b"GET, POST")])
+            await serving.respond(
+                send, 405, "only GET and POST are allowed", [(b"allow", b"GET, POST")]
+            )
             return
         request = serving.request_info(scope)
         if self.allowed_origins is not None:
             origin = request.headers.get("origin")
             if origin is not None and origin not in self.allowed_origins:
-                await _respond(send, 403, "forbidden origin")
+                await serving.respond(send, 403, "forbidden origin")
                 return
         session = self.session_from(scope) if self.session_from else request.query.get("session")
         if not session:
-            await _respond(send, 400, "missing session: add ?session=<id>")
+            await serving.respond(send, 400, "missing session: add ?session=<id>")
             return
         if not serving.valid_session(session):
-            await _respond(send, 400, "the session must be a string of valid text")
+            await serving.respond(send, 400, "the session must be a string of valid text")
             return
         if method == "POST":
             await self._decide(request, session, receive, send)
@@ -203,13 +205,13 @@ class SSEApp:
         chosen = self._dialects.get(request.query.get("dialect"))
         if chosen is None:
             known = ", ".join(self._dialects.factories)
-            await _respond(send, 400, f"unknown dialect; this endpoint serves: {known}")
+            await serving.respond(send, 400, f"unknown dialect; this endpoint serves: {known}")
             return
         principal = await self._admit(request, session, send)
         if principal is None:
             return
         if self._streams.closing:
-            await _respond(send, 503, "the server is shutting down")
+            await serving.respond(send, 503, "the server is shutting down")
             return
         name, factory = chosen
         dialect = factory()
@@ -226,10 +228,10 @@ class SSEApp:
                 buffer=self.buffer,
             )
         except DialectError as exc:
-            await _respond(send, 500, f"dialect {name}: {exc}")
+            await serving.respond(send, 500, f"dialect {name}: {exc}")
             return
         except (BusUnavailable, BusClosed) as exc:
-            await _respond(send, 503, f"the event bus is unavailable: {exc}")
+            await serving.respond(send, 503, f"the event bus is unavailable: {exc}")
             return
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -252,11 +254,13 @@ class SSEApp:
         """The principal that may read ``session``; None once refused (401 / 403 sent)."""
         principal = await serving.authenticate(self.authorize, request)
         if principal is None:
-            await _respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
+            await serving.respond(
+                send, 401, "authentication required", [(b"www-authenticate", b"Bearer")]
+            )
             return None
         if not await serving.may_read(principal, session):
             message = f"not allowed to read session {session!r}"
-            await _respond(send, 403, message, code="forbidden")
+            await serving.respond(send, 403, message, code="forbidden")
             return None
         return principal
 
@@ -270,12 +274,14 @@ class SSEApp:
         """``POST``: a decision on one of the session's approvals."""
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
-            await _respond(send, 415, "a decision is sent as application/json", code="invalid")
+            await serving.respond(
+                send, 415, "a decision is sent as application/json", code="invalid"
+            )
             return
-        body = await _read_body(receive, self.max_decision_bytes)
+        body = await serving.read_body(receive, self.max_decision_bytes)
         if body is None:
             limit = self.max_decision_bytes
-            await _respond(send, 413, f"the body is over {limit} bytes", code="invalid")
+            await serving.respond(send, 413, f"the body is over {limit} bytes", code="invalid")
             return
         principal = await self._admit(request, session, send)
         if principal is None:
@@ -283,10 +289,10 @@ class SSEApp:
         try:
             decision = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            await _respond(send, 400, "the body is not JSON", code="invalid")
+            await serving.respond(send, 400, "the body is not JSON", code="invalid")
             return
         outcome = await serving.decide(self.bus, principal, session, decision)
-        await _send_json(send, outcome.status, outcome.body)
+        await serving.send_json(send, outcome.status, outcome.body)
 
     async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
         disconnected = False
@@ -337,55 +343,3 @@ class SSEApp:
             await send({"type": "http.response.body", "body": body, "more_body": True})
         except DialectError:
             logger.exception("a dialect could not encode an event; ending the stream")
-
-
-async def _read_body(receive: serving.Receive, limit: int) -> bytes | None:
-    """The request body, or None when it is over ``limit`` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-async def _respond(
-    send: serving.Send,
-    status: int,
-    message: str,
-    headers: list[tuple[bytes, bytes]] | None = None,
-    *,
-    code: str | None = None,
-) -> None:
-    body: dict[str, Any] = {"error": message}
-    if code is not None:
-        body["code"] = code
-    await _send_json(send, status, body, headers)
-
-
-async def _send_json(
-    send: serving.Send,
-    status: int,
-    payload: dict[str, Any],
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

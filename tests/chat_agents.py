@@ -1,0 +1,67 @@
+"""Scripted agents for the chat endpoint tests: what a real agent announces, without a
+model. The user's last words pick the script."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+import toolstream as ts
+from toolstream.chat import ChatApp, TurnRequest
+
+#: The words of the long answer, streamed one at a time (the resume tests cut it).
+STORY = [f"word{i} " for i in range(30)]
+
+
+def user_text(messages: list[Any]) -> str:
+    """The text of the last user message, as the AI SDK (parts) or AG-UI (content) sends it."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        return "".join(p.get("text", "") for p in message.get("parts", []) if isinstance(p, dict))
+    return ""
+
+
+async def run_script(bus: ts.Bus, session: str, run_id: str, text: str, pace: float = 0.05) -> None:
+    """One turn: a long answer around a plain call ("story"), or an email that needs a
+    person's approval (anything else)."""
+    async with ts.Tracker(bus, session) as tracker, tracker.run(run_id):
+        if "story" in text:
+            with tracker.message() as message:
+                for word in STORY:
+                    message.delta(word)
+                    await anyio.sleep(pace)
+            async with tracker.call("lookup", {"q": "ending"}) as call:
+                await anyio.sleep(4 * pace)
+                call.complete({"ok": 1})
+            with tracker.message() as message:
+                message.delta("The end.")
+            return
+        with tracker.message() as message:
+            message.reasoning("They want an email sent. ")
+            message.delta("I will email the team.\n")
+        try:
+            async with tracker.call(
+                "send_email", {"to": "team@example.com"}, approval="Sends an email"
+            ) as call:
+                call.complete({"sent": True})
+            said = "Sent."
+        except ts.ApprovalDenied:
+            said = "Not sent."
+        with tracker.message() as message:
+            message.delta(said)
+
+
+def chat_app(bus: ts.Bus, **options: Any) -> ChatApp:
+    """A ChatApp whose turns run the scripts in this process."""
+
+    async def start_turn(request: TurnRequest) -> None:
+        request.start_soon(
+            run_script, bus, request.session, request.run_id, user_text(request.messages)
+        )
+
+    return ChatApp(bus, start_turn, **options)

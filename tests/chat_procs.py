@@ -1,0 +1,147 @@
+"""A chat agent in a worker process: a ChatApp on RedisBus hands turns to it through a
+Redis list, as a gateway hands work to its workers.
+
+python -m tests.chat_procs worker URL PREFIX AGENT     (AGENT: script | demo)
+python -m tests.chat_procs gateway URL PREFIX PORT DIALECT
+
+The gateway serves a ChatApp on RedisBus whose ``start_turn`` and ``cancel_turn``
+(:class:`RedisTurns`) hand turns to the worker. The worker runs each turn on its own
+RedisBus: ``script`` runs the scripted agents of tests/chat_agents.py, ``demo`` the
+demo's simulated agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import redis.asyncio
+
+import toolstream as ts
+from toolstream.chat import TurnRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def jobs_key(prefix: str) -> str:
+    return f"{prefix}:chat-jobs"
+
+
+class RedisTurns:
+    """``start_turn`` / ``cancel_turn`` for a ChatApp whose agent runs in a worker."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.key = jobs_key(prefix)
+        self.started: list[str] = []
+
+    async def _push(self, job: dict[str, Any]) -> None:
+        client = redis.asyncio.Redis.from_url(self.url)
+        try:
+            await client.rpush(self.key, json.dumps(job))
+        finally:
+            await client.aclose()
+
+    async def start_turn(self, request: TurnRequest) -> None:
+        from tests.chat_agents import user_text
+
+        self.started.append(request.run_id)
+        text = user_text(request.messages)
+        await self._push({"session": request.session, "run_id": request.run_id, "text": text})
+
+    async def cancel_turn(self, session: str, run_id: str) -> bool:
+        await self._push({"cancel": run_id, "session": session})
+        return True
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """``python -m tests.chat_procs *args``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.chat_procs", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def gateway(url: str, prefix: str, port: int, dialect: str) -> None:
+    """Serve a ChatApp on RedisBus on 127.0.0.1:port (``/healthz`` answers 200 when up)."""
+    import uvicorn
+
+    from toolstream.chat import ChatApp
+    from toolstream.redis import RedisBus
+
+    bus = RedisBus(url, prefix=prefix)
+    turns = RedisTurns(url, prefix)
+    chat = ChatApp(bus, turns.start_turn, cancel_turn=turns.cancel_turn, dialect=dialect)  # type: ignore[arg-type]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/healthz":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await chat(scope, receive, send)
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
+async def worker(url: str, prefix: str, agent: str) -> None:
+    from tests.chat_agents import run_script
+    from toolstream.demo.agent import run_turn
+    from toolstream.redis import RedisBus
+
+    client = redis.asyncio.Redis.from_url(url)
+    scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+    async with RedisBus(url, prefix=prefix, lease=2.0) as bus, anyio.create_task_group() as tg:
+
+        async def turn(job: dict[str, Any]) -> None:
+            key = (job["session"], job["run_id"])
+            with anyio.CancelScope() as scope:
+                scopes[key] = scope
+                try:
+                    if agent == "demo":
+                        async with ts.Tracker(bus, job["session"]) as tracker:
+                            title = job["text"][:60] or "A turn"
+                            await run_turn(
+                                tracker,
+                                1,
+                                speed=4.0,
+                                run_id=job["run_id"],
+                                title=title,
+                                approval_timeout=600,
+                            )
+                    else:
+                        await run_script(bus, job["session"], job["run_id"], job["text"])
+                finally:
+                    scopes.pop(key, None)
+                    await bus.flush()
+
+        while True:
+            popped = await client.blpop([jobs_key(prefix)], timeout=0)
+            assert popped is not None
+            job = json.loads(popped[1])
+            if "cancel" in job:
+                scope = scopes.get((job["session"], job["cancel"]))
+                if scope is not None:
+                    scope.cancel()
+                continue
+            tg.start_soon(turn, job)
+
+
+if __name__ == "__main__":
+    import asyncio
+
+    role, *args = sys.argv[1:]
+    if role == "worker":
+        asyncio.run(worker(args[0], args[1], args[2]))
+    elif role == "gateway":
+        gateway(args[0], args[1], int(args[2]), args[3])
+    else:
+        raise SystemExit(f"unknown role {role!r}")

@@ -1,0 +1,354 @@
+"""ChatApp over HTTP, under a real uvicorn on 127.0.0.1: turns, continuations, resume,
+stop, a client going away, and every bad request a client can make. (The peers' own
+clients drive it in tests/interop/test_chat_clients.py.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+import pytest
+
+import toolstream as ts
+from tests.chat_agents import STORY, run_script, user_text
+from tests.servers import Served, eventually, serve
+from toolstream.chat import ChatApp, TurnRequest
+
+API = "/api/chat"
+
+
+def chunks(text: str) -> list[Any]:
+    """The data of every SSE frame of a response."""
+    out: list[Any] = []
+    for block in text.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                data = line[6:]
+                out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def kinds(items: list[Any]) -> list[str]:
+    return [c["type"] if isinstance(c, dict) else c for c in items]
+
+
+def user(text: str, chat: str = "c1") -> dict[str, Any]:
+    return {
+        "id": chat,
+        "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
+    }
+
+
+def approval_reply(
+    first: dict[str, Any], streamed: list[Any], approved: bool, chat: str = "c1"
+) -> dict[str, Any]:
+    """What useChat sends after addToolApprovalResponse: the assistant message, its tool
+    part approval-responded."""
+    asked = next(
+        c for c in streamed if isinstance(c, dict) and c["type"] == "tool-approval-request"
+    )
+    message_id = next(
+        c["messageId"] for c in streamed if isinstance(c, dict) and c["type"] == "start"
+    )
+    part = {
+        "type": "tool-send_email",
+        "toolCallId": asked["toolCallId"],
+        "state": "approval-responded",
+        "input": {"to": "team@example.com"},
+        "approval": {"id": asked["approvalId"], "approved": approved},
+    }
+    assistant = {"id": message_id, "role": "assistant", "parts": [part]}
+    return {
+        "id": chat,
+        "trigger": "submit-message",
+        "messageId": message_id,
+        "messages": [*first["messages"], assistant],
+    }
+
+
+@pytest.fixture
+def bus() -> Iterator[ts.EventBus]:
+    bus = ts.EventBus()
+    yield bus
+    bus.close()
+
+
+class Turns:
+    """start_turn for the tests: runs the scripts, counts the turns started."""
+
+    def __init__(self, bus: ts.Bus) -> None:
+        self.bus = bus
+        self.started: list[TurnRequest] = []
+
+    async def __call__(self, request: TurnRequest) -> None:
+        self.started.append(request)
+        text = user_text(request.messages)
+        request.start_soon(run_script, self.bus, request.session, request.run_id, text)
+
+
+@pytest.fixture
+def turns(bus: ts.EventBus) -> Turns:
+    return Turns(bus)
+
+
+@pytest.fixture
+def server(bus: ts.EventBus, turns: Turns) -> Iterator[Served]:
+    with serve(ChatApp(bus, turns)) as served:
+        yield served
+
+
+@pytest.fixture
+async def client(server: Served) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=20) as http:
+        yield http
+
+
+async def test_a_turn_streams_text_and_calls_and_ends_where_it_waits_for_a_person(
+    client: httpx.AsyncClient, turns: Turns
+) -> None:
+    response = await client.post(API, json=user("Email the team"))
+    assert response.status_code == 200
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    streamed = chunks(response.text)
+    assert kinds(streamed) == [
+        "start",
+        "start-step",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "tool-input-start",
+        "tool-input-available",
+        "tool-approval-request",
+        "finish-step",
+        "finish",
+        "[DONE]",
+    ]
+    assert streamed[0]["messageId"] == turns.started[0].run_id
+    assert streamed[-2] == {"type": "finish", "finishReason": "tool-calls"}
+    assert len(turns.started) == 1
+    request = turns.started[0]
+    assert (request.session, request.principal) == ("c1", None)
+    assert request.body["trigger"] == "submit-message"
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_a_continuation_applies_the_decision_and_starts_no_turn(
+    client: httpx.AsyncClient, turns: Turns, bus: ts.EventBus, approved: bool
+) -> None:
+    first = user("Email the team")
+    streamed = chunks((await client.post(API, json=first)).text)
+    response = await client.post(API, json=approval_reply(first, streamed, approved))
+    assert response.status_code == 200
+    more = chunks(response.text)
+    assert len(turns.started) == 1, "a continuation is not a new turn"
+    assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
+    assert more[1] == {"type": "start-step"}
+    assert "tool-input-start" not in kinds(more), "the call is not sent again"
+    ended = "tool-output-available" if approved else "tool-output-denied"
+    assert ended in kinds(more)
+    said = "".join(c["delta"] for c in more if isinstance(c, dict) and c["type"] == "text-delta")
+    assert said == ("Sent." if approved else "Not sent.")
+    assert kinds(more)[-3:] == ["finish-step", "finish", "[DONE]"]
+    (call,) = bus.snapshot("c1").calls
+    assert call.decided_by == "anonymous"
+    # The same decision again (a client retrying) is no error; the run is over: 200.
+    again = await client.post(API, json=approval_reply(first, streamed, approved))
+    assert again.status_code == 200
+    # The opposite decision is a conflict.
+    other = await client.post(API, json=approval_reply(first, streamed, not approved))
+    assert other.status_code == 409
+    assert other.json()["code"] == "already_resolved"
+
+
+async def test_a_get_replays_the_active_run_from_its_start_or_answers_204(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await client.get(f"{API}/c1/stream")).status_code == 204
+    streamed = chunks((await client.post(API, json=user("Email the team"))).text)
+    # The run waits for a person: a GET replays it and stops at the request.
+    replay = await client.get(f"{API}/c1/stream")
+    assert replay.status_code == 200
+    assert replay.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert chunks(replay.text) == streamed
+    assert (await client.get(f"{API}/nobody/stream")).status_code == 204
+
+
+async def test_the_client_going_away_does_not_cancel_the_turn(
+    client: httpx.AsyncClient, bus: ts.EventBus
+) -> None:
+    async with client.stream("POST", API, json=user("a long story", chat="c2")) as response:
+        async for line in response.aiter_lines():
+            if "text-delta" in line:
+                break  # the browser tab closes mid-answer
+    await eventually(lambda: bool(bus.snapshot("c2").runs), within=5)
+    await eventually(lambda: bus.snapshot("c2").runs[0].state != "running", within=10)
+    (run,) = bus.snapshot("c2").runs
+    assert run.state == "completed"
+    (message, _) = bus.snapshot("c2").messages
+    assert message.text == "".join(STORY)
+    # A resume after the turn ended finds nothing to replay.
+    assert (await client.get(f"{API}/c2/stream")).status_code == 204
+
+
+async def test_a_resume_mid_turn_gets_the_whole_message_so_far_then_the_rest(
+    client: httpx.AsyncClient, bus: ts.EventBus
+) -> None:
+    async with client.stream("POST", API, json=user("a long story", chat="c3")) as response:
+        async for line in response.aiter_lines():
+            if "word3" in line:
+                break
+    replay = chunks((await client.get(f"{API}/c3/stream")).text)
+    assert kinds(replay)[:2] == ["start", "start-step"]
+    said = "".join(c["delta"] for c in replay if isinstance(c, dict) and c["type"] == "text-delta")
+    assert said == "".join(STORY) + "The end."
+    assert kinds(replay)[-1] == "[DONE]"
+
+
+async def test_stop_cancels_the_turn_and_a_chat_with_none_gets_404(
+    client: httpx.AsyncClient, bus: ts.EventBus
+) -> None:
+    assert (await client.post(f"{API}/c4/stop")).status_code == 404
+    async with anyio.create_task_group() as tg:
+        streamed: list[Any] = []
+
+        async def read() -> None:
+            response = await client.post(API, json=user("a long story", chat="c4"))
+            streamed.extend(chunks(response.text))
+
+        tg.start_soon(read)
+        await eventually(lambda: bool(bus.snapshot("c4").messages), within=5)
+        stop = await client.post(f"{API}/c4/stop")
+        assert stop.status_code == 200
+        assert stop.json() == {"session": "c4", "stopped": [bus.snapshot("c4").runs[0].run_id]}
+    (run,) = bus.snapshot("c4").runs
+    assert run.state == "cancelled"
+    assert kinds(streamed)[-4:] == ["abort", "finish-step", "finish", "[DONE]"]
+
+
+async def test_a_turn_that_fails_to_start_is_a_500_and_one_that_never_starts_says_so(
+    bus: ts.EventBus,
+) -> None:
+    async def broken(request: TurnRequest) -> None:
+        raise RuntimeError("no worker available")
+
+    async def silent(request: TurnRequest) -> None:
+        return None  # never announces its run
+
+    with serve(ChatApp(bus, broken)) as a, serve(ChatApp(bus, silent, start_timeout=0.3)) as b:
+        async with httpx.AsyncClient(timeout=10) as http:
+            failed = await http.post(a.url + API, json=user("hi"))
+            assert failed.status_code == 500
+            assert "no worker available" in failed.json()["error"]
+            quiet = await http.post(b.url + API, json=user("hi"))
+            assert quiet.status_code == 200
+            assert kinds(chunks(quiet.text)) == ["error", "[DONE]"]
+
+
+BAD_BODIES: list[tuple[Any, str]] = [
+    ([1, 2], "JSON object"),
+    ({"messages": []}, "chat id"),
+    ({"id": "", "messages": [{"role": "user"}]}, "chat id"),
+    ({"id": "c\nx", "messages": [{"role": "user"}]}, "chat id"),
+    ({"id": "c1"}, "messages"),
+    ({"id": "c1", "messages": []}, "messages"),
+    ({"id": "c1", "messages": ["hi"]}, "messages[0]"),
+    ({"id": "c1", "messages": [{"role": "user", "parts": "x"}]}, "parts"),
+    ({"id": "c1", "messages": [{"role": "user"}], "trigger": "explode"}, "trigger"),
+    ({"id": "c1", "messages": [{"role": "assistant", "parts": []}]}, "approval"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), BAD_BODIES)
+async def test_bad_bodies_get_400_with_the_reason(
+    client: httpx.AsyncClient, turns: Turns, body: Any, reason: str
+) -> None:
+    response = await client.post(API, json=body)
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+    assert response.json()["code"] == "invalid"
+    assert turns.started == []
+
+
+async def test_bad_requests_of_every_other_kind(client: httpx.AsyncClient) -> None:
+    not_json = await client.post(API, content=b"{", headers={"content-type": "application/json"})
+    assert (not_json.status_code, not_json.json()["error"]) == (400, "the body is not JSON")
+    text = await client.post(API, content=b"hi", headers={"content-type": "text/plain"})
+    assert text.status_code == 415
+    huge = await client.post(API, json={"id": "c1", "pad": "x" * (5 * 1024 * 1024)})
+    assert huge.status_code == 413
+    assert (await client.put(API, json=user("hi"))).status_code == 405
+    assert (await client.get(API)).status_code == 404
+    bad_id = await client.get(f"{API}/%ED%A0%80/stream")  # a lone surrogate's bytes
+    assert bad_id.status_code in (204, 400)
+
+
+async def test_a_decision_for_another_chats_approval_is_404(
+    client: httpx.AsyncClient, bus: ts.EventBus
+) -> None:
+    first = user("Email the team", chat="a")
+    streamed = chunks((await client.post(API, json=first)).text)
+    foreign = approval_reply(first, streamed, True, chat="b")
+    response = await client.post(API, json=foreign)
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    (call,) = bus.snapshot("a").calls
+    assert call.approval is not None, "the approval in chat a is still waiting"
+
+
+@attrs.frozen
+class User:
+    id: str
+    chats: frozenset[str]
+    approver: bool
+
+    def can_read(self, session: str) -> bool:
+        return session in self.chats
+
+    def can_approve(self, session: str) -> bool:
+        return self.approver and session in self.chats
+
+
+USERS = {
+    "alice": User("alice", frozenset({"c1"}), approver=True),
+    "watcher": User("watcher", frozenset({"c1"}), approver=False),
+}
+
+
+def authorize(request: ts.RequestInfo) -> User | None:
+    return USERS.get(request.headers.get("authorization", "").removeprefix("Bearer "))
+
+
+async def test_auth_origin_and_foreign_chats(bus: ts.EventBus, turns: Turns) -> None:
+    app = ChatApp(bus, turns, authorize=authorize, allowed_origins=["https://app.example"])
+    with serve(app) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+
+            def as_(name: str) -> dict[str, str]:
+                return {"authorization": f"Bearer {name}"}
+
+            assert (await http.post(API, json=user("hi"))).status_code == 401
+            foreign = await http.post(API, json=user("hi", chat="c9"), headers=as_("alice"))
+            assert foreign.status_code == 403
+            assert (await http.get(f"{API}/c9/stream", headers=as_("alice"))).status_code == 403
+            origin = {**as_("alice"), "origin": "https://evil.example"}
+            assert (await http.post(API, json=user("hi"), headers=origin)).status_code == 403
+            first = user("Email the team")
+            streamed = chunks((await http.post(API, json=first, headers=as_("alice"))).text)
+            assert turns.started[0].principal == USERS["alice"]
+            reply = approval_reply(first, streamed, True)
+            refused = await http.post(API, json=reply, headers=as_("watcher"))
+            assert refused.status_code == 403
+            assert (await http.post(f"{API}/c1/stop", headers=as_("watcher"))).status_code == 403
+            done = await http.post(API, json=reply, headers=as_("alice"))
+            assert done.status_code == 200
+            (call,) = bus.snapshot("c1").calls
+            assert call.decided_by == "alice"

@@ -1,0 +1,166 @@
+"""ChatApp on RedisBus with the agent in a worker process: a gateway process starts turns
+by handing them to a worker process (tests/chat_procs.py), and the real clients drive it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.chat_agents import STORY
+from tests.chat_procs import spawn
+from tests.redis_server import RedisServer, free_port, require_redis
+from toolstream.redis import RedisBus
+
+from .interop.test_chat_clients import parts, run_client
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # redis-py has no trio support
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    require_redis()
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+class Deployment:
+    """A gateway process (ChatApp on RedisBus) and an agent worker process."""
+
+    def __init__(self, server: RedisServer, dialect: str) -> None:
+        self.redis_url = server.url
+        self.prefix = f"t{uuid.uuid4().hex[:10]}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs = [
+            spawn("worker", server.url, self.prefix, "script"),
+            spawn("gateway", server.url, self.prefix, str(self.port), dialect),
+        ]
+
+    async def ready(self) -> None:
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    async with httpx.AsyncClient() as http:
+                        if (await http.get(self.url + "/healthz", timeout=0.5)).status_code == 200:
+                            return
+                except httpx.HTTPError:
+                    pass
+                for proc in self.procs:
+                    if proc.poll() is not None:
+                        raise RuntimeError("a chat process exited")
+                await anyio.sleep(0.1)
+
+    def bus(self) -> RedisBus:
+        return RedisBus(self.redis_url, prefix=self.prefix)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+async def ai_sdk(redis_server: RedisServer) -> AsyncIterator[Deployment]:
+    made = Deployment(redis_server, "ai_sdk")
+    try:
+        await made.ready()
+        yield made
+    finally:
+        made.close()
+
+
+async def client(script: str, url: str, scenario: str) -> dict[str, Any]:
+    return await anyio.to_thread.run_sync(run_client, script, url, scenario)
+
+
+async def test_use_chat_with_the_agent_in_a_worker(ai_sdk: Deployment) -> None:
+    result = await client("chat_ai.mjs", ai_sdk.url + "/api/chat", "approve-then-deny")
+    _, first, _, second = result["messages"]
+    assert parts(first)[1:] == [
+        ("text", "done"),
+        ("tool-send_email", "output-available"),
+        ("text", "done"),
+    ]
+    assert first["text"] == "I will email the team.\nSent."
+    assert second["text"] == "I will email the team.\nNot sent."
+    async with ai_sdk.bus() as bus:
+        snapshot = await bus.fetch_snapshot(result["chat"])
+    assert [r.run_id for r in snapshot.runs] == [first["id"], second["id"]]
+    assert all(r.state == "completed" for r in snapshot.runs)
+    assert [c.state.value for c in snapshot.calls] == ["completed", "denied"]
+
+
+async def test_use_chat_resumes_a_cut_turn_run_by_a_worker(ai_sdk: Deployment) -> None:
+    result = await client("chat_ai.mjs", ai_sdk.url + "/api/chat", "resume")
+    _, answer = result["messages"]
+    assert answer["text"] == "".join(STORY) + "The end."
+    assert [t for t, _ in parts(answer)] == ["text", "tool-lookup", "text"]
+
+
+async def test_http_agent_with_the_agent_in_a_worker(redis_server: RedisServer) -> None:
+    deployment = Deployment(redis_server, "agui")
+    try:
+        await deployment.ready()
+        result = await client("chat_agui.mjs", deployment.url + "/agent", "approve")
+    finally:
+        deployment.close()
+    first, second = result["runs"]
+    assert first["outcome"] == "interrupt"
+    assert second["outcome"] == "success"
+    assert "TOOL_CALL_START" not in second["events"]
+
+
+async def test_stop_reaches_the_worker(ai_sdk: Deployment) -> None:
+    body = {
+        "id": "c-stop",
+        "messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "a story"}]}],
+    }
+    streamed: list[Any] = []
+    async with httpx.AsyncClient(base_url=ai_sdk.url, timeout=30) as http, ai_sdk.bus() as bus:
+        async with anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                response = await http.post("/api/chat", json=body)
+                streamed.extend(
+                    json.loads(line[6:]) if line[6:] != "[DONE]" else "[DONE]"
+                    for line in response.text.splitlines()
+                    if line.startswith("data: ")
+                )
+
+            tg.start_soon(read)
+            with anyio.fail_after(20):
+                while not (await bus.fetch_snapshot("c-stop")).messages:  # noqa: ASYNC110 - another process writes it
+                    await anyio.sleep(0.05)
+            stop = await http.post("/api/chat/c-stop/stop")
+            assert stop.status_code == 200
+        (run,) = (await bus.fetch_snapshot("c-stop")).runs
+        assert run.state == "cancelled"
+    assert "abort" in [c["type"] for c in streamed if isinstance(c, dict)]
+
+
+async def test_an_unreachable_broker_is_a_503(own_redis: RedisServer) -> None:
+    deployment = Deployment(own_redis, "ai_sdk")
+    try:
+        await deployment.ready()
+        own_redis.stop()
+        async with httpx.AsyncClient(base_url=deployment.url, timeout=30) as http:
+            body = {"id": "c1", "messages": [{"role": "user", "parts": []}]}
+            response = await http.post("/api/chat", json=body)
+            assert response.status_code == 503
+            assert response.json()["code"] == "unavailable"
+            assert (await http.get("/api/chat/c1/stream")).status_code == 503
+    finally:
+        deployment.close()
