@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest bench schema clean
+.PHONY: demo test lint typecheck pytest bench schema chat-bundle clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,23 @@ $(INTEROP): tests/interop/package-lock.json
 		echo "npm not found: the Node interop checks will be skipped"; \
 	fi
 
-pytest: $(VENV)/.installed-test $(INTEROP)
+# The chat page's build (npm "ai" and esbuild, pinned): a test rebuilds the committed
+# toolstream/demo/static/chat.js and compares. `make demo` never needs them.
+CHAT_WEB := web/chat/node_modules/.package-lock.json
+
+$(CHAT_WEB): web/chat/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd web/chat && npm ci --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "npm not found: the chat bundle check will be skipped"; \
+	fi
+
+pytest: $(VENV)/.installed-test $(INTEROP) $(CHAT_WEB)
 	$(BIN)/pytest
+
+# Rebuild toolstream/demo/static/chat.js after changing web/chat/src.
+chat-bundle: $(CHAT_WEB)
+	cd web/chat && node build.mjs
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks

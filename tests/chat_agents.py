@@ -14,18 +14,6 @@ from toolstream.chat import ChatApp, TurnRequest
 STORY = [f"word{i} " for i in range(30)]
 
 
-def user_text(messages: list[Any]) -> str:
-    """The text of the last user message, as the AI SDK (parts) or AG-UI (content) sends it."""
-    for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        return "".join(p.get("text", "") for p in message.get("parts", []) if isinstance(p, dict))
-    return ""
-
-
 async def run_script(bus: ts.Bus, session: str, run_id: str, text: str, pace: float = 0.05) -> None:
     """One turn: a long answer around a plain call ("story"), or an email that needs a
     person's approval (anything else)."""
@@ -60,8 +48,6 @@ def chat_app(bus: ts.Bus, **options: Any) -> ChatApp:
     """A ChatApp whose turns run the scripts in this process."""
 
     async def start_turn(request: TurnRequest) -> None:
-        request.start_soon(
-            run_script, bus, request.session, request.run_id, user_text(request.messages)
-        )
+        request.start_soon(run_script, bus, request.session, request.run_id, request.user_text)
 
     return ChatApp(bus, start_turn, **options)

@@ -3,6 +3,7 @@ Redis list, as a gateway hands work to its workers.
 
 python -m tests.chat_procs worker URL PREFIX AGENT     (AGENT: script | demo)
 python -m tests.chat_procs gateway URL PREFIX PORT DIALECT
+python -m tests.chat_procs demo URL PREFIX PORT        (the demo's gateway and pages)
 
 The gateway serves a ChatApp on RedisBus whose ``start_turn`` and ``cancel_turn``
 (:class:`RedisTurns`) hand turns to the worker. The worker runs each turn on its own
@@ -48,11 +49,9 @@ class RedisTurns:
             await client.aclose()
 
     async def start_turn(self, request: TurnRequest) -> None:
-        from tests.chat_agents import user_text
-
         self.started.append(request.run_id)
-        text = user_text(request.messages)
-        await self._push({"session": request.session, "run_id": request.run_id, "text": text})
+        job = {"session": request.session, "run_id": request.run_id, "text": request.user_text}
+        await self._push(job)
 
     async def cancel_turn(self, session: str, run_id: str) -> bool:
         await self._push({"cancel": run_id, "session": session})
@@ -135,6 +134,20 @@ async def worker(url: str, prefix: str, agent: str) -> None:
             tg.start_soon(turn, job)
 
 
+def demo(url: str, prefix: str, port: int) -> None:
+    """Serve the demo's gateway (its chat page included) on RedisBus, its chat turns
+    handed to the worker."""
+    import uvicorn
+
+    from toolstream.demo import Gateway
+    from toolstream.redis import RedisBus
+
+    bus = RedisBus(url, prefix=prefix)
+    turns = RedisTurns(url, prefix)
+    app = Gateway(bus, start_turn=turns.start_turn, cancel_turn=turns.cancel_turn)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
 if __name__ == "__main__":
     import asyncio
 
@@ -143,5 +156,7 @@ if __name__ == "__main__":
         asyncio.run(worker(args[0], args[1], args[2]))
     elif role == "gateway":
         gateway(args[0], args[1], int(args[2]), args[3])
+    elif role == "demo":
+        demo(args[0], args[1], int(args[2]))
     else:
         raise SystemExit(f"unknown role {role!r}")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import toolstream as ts
-from tests.chat_agents import STORY, run_script, user_text
+from tests.chat_agents import STORY, run_script
 from tests.servers import Served, eventually, serve
 from toolstream.chat import ChatApp, TurnRequest
 
@@ -87,8 +87,7 @@ class Turns:
 
     async def __call__(self, request: TurnRequest) -> None:
         self.started.append(request)
-        text = user_text(request.messages)
-        request.start_soon(run_script, self.bus, request.session, request.run_id, text)
+        request.start_soon(run_script, self.bus, request.session, request.run_id, request.user_text)
 
 
 @pytest.fixture

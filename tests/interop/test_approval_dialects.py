@@ -166,7 +166,7 @@ def test_the_peers_decisions_come_back_as_decisions() -> None:
     )
     assert agui.decisions(run_input) == [
         ts.Decision(approval_id=approval_id, approved=True, args={"a": 1}),
-        ts.Decision(approval_id="other", approved=False),
+        ts.Decision(approval_id="other", approved=False, reason="cancelled"),
     ]
     # junk is skipped, never a crash
     assert ai_sdk.decisions("nope") == [] and ai_sdk.decisions([{"parts": [1, {"state": 2}]}]) == []

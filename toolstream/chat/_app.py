@@ -68,6 +68,28 @@ class TurnRequest:
     principal: Any = None
     _task_group: TaskGroup | None = attrs.field(default=None, alias="task_group", repr=False)
 
+    @property
+    def user_text(self) -> str:
+        """The text of the newest user message (AI SDK: its text parts; AG-UI: its
+        ``content``), or ``""``."""
+        for message in reversed(self.messages):
+            if not isinstance(message, dict) or message.get("role") != "user":
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            parts = message.get("parts")
+            if isinstance(parts, list):
+                return "".join(
+                    p["text"]
+                    for p in parts
+                    if isinstance(p, dict)
+                    and p.get("type") == "text"
+                    and isinstance(p.get("text"), str)
+                )
+            return ""
+        return ""
+
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``await fn(*args)`` as this turn's agent, in the server process."""
         if self._task_group is None:

@@ -56,8 +56,9 @@ def run_web_demo(
             f"stops after {turns} turn{'s' if turns != 1 else ''}" if turns else "Ctrl-C to stop"
         )
         print(
-            f"toolstream demo: open {url}  (SSE at {url}events?session=demo, WebSocket at "
-            f"{url.replace('http', 'ws', 1)}ws) — {ending}",
+            f"toolstream demo: open {url}  (chat with the agent at {url}chat; SSE at "
+            f"{url}events?session=demo, WebSocket at {url.replace('http', 'ws', 1)}ws) — "
+            f"{ending}",
             flush=True,
         )
 

@@ -1,7 +1,9 @@
-"""``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent.
+"""``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent,
+and a chat page where the AI SDK's own client drives the same agent turn by turn.
 
 ``build_app(bus)`` is the gateway (the page at ``/``, SSE at ``/events``, WebSocket at
-``/ws``); ``serve(...)`` runs it under uvicorn with the agent. Needs the ``cli`` extra.
+``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``); ``serve(...)``
+runs it under uvicorn with the agent. Needs the ``cli`` extra.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 import anyio
 
 import toolstream as ts
+from toolstream.chat import CancelTurn, ChatApp, StartTurn, TurnRequest
 from toolstream.sse import SSEApp
 from toolstream.websocket import WebSocketApp
 
-from .agent import DEMO_SECRET, run_agent
+from .agent import DEMO_SECRET, run_agent, run_turn
 from .frameworks import agent_runner
 
 logger = logging.getLogger("toolstream.demo")
@@ -32,6 +35,10 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 SESSION = "demo"
+#: Where the chat page's client posts its turns.
+CHAT_API = "/api/chat"
+#: Seconds a chat turn's approval waits for the person at the page (at speed 1).
+CHAT_APPROVAL_TIMEOUT = 300.0
 
 
 def _static(name: str) -> bytes | None:
@@ -43,17 +50,48 @@ def _static(name: str) -> bytes | None:
 
 class Gateway:
     """The demo's ASGI app: ``/`` (the page), ``/static/*``, ``/events`` (SSE, every
-    dialect), ``/ws`` (WebSocket), ``/healthz``."""
+    dialect), ``/ws`` (WebSocket), ``/chat`` (the chat page) and its ``ChatApp`` at
+    ``/api/chat``, ``/healthz``.
 
-    def __init__(self, bus: ts.Bus, *, retry_ms: int = 1000) -> None:
+    Chat turns run the simulated agent in this process (at ``speed``), or whatever
+    ``start_turn`` does (a job for a worker process on a broker bus, with
+    ``cancel_turn``)."""
+
+    def __init__(
+        self,
+        bus: ts.Bus,
+        *,
+        retry_ms: int = 1000,
+        speed: float = 1.0,
+        start_turn: StartTurn | None = None,
+        cancel_turn: CancelTurn | None = None,
+    ) -> None:
         self.bus = bus
+        self.speed = speed
         self.sse = SSEApp(bus, retry_ms=retry_ms)
         self.ws = WebSocketApp(bus)
+        self.chat = ChatApp(bus, start_turn or self._start_turn, cancel_turn=cancel_turn)
+
+    async def _start_turn(self, request: TurnRequest) -> None:
+        request.start_soon(self._chat_turn, request)
+
+    async def _chat_turn(self, request: TurnRequest) -> None:
+        """The simulated agent's turn, titled with what the person asked."""
+        async with ts.Tracker(self.bus, request.session) as tracker:
+            await run_turn(
+                tracker,
+                1,
+                speed=self.speed,
+                approval_timeout=CHAT_APPROVAL_TIMEOUT,
+                run_id=request.run_id,
+                title=request.user_text[:80] or None,
+            )
 
     def shutdown(self) -> None:
         """End every open stream and socket."""
         self.sse.shutdown()
         self.ws.shutdown()
+        self.chat.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -70,12 +108,17 @@ class Gateway:
         if path == "/events":
             await self.sse(scope, receive, send)
             return
+        if path == CHAT_API or path.startswith(CHAT_API + "/"):
+            await self.chat(scope, receive, send)
+            return
         if path == "/healthz":
             await _reply(send, 200, b'{"ok": true}', "application/json")
             return
         name = (
             "index.html"
             if path == "/"
+            else "chat.html"
+            if path == "/chat"
             else path.removeprefix("/static/")
             if path.startswith("/static/")
             else ""
@@ -106,9 +149,9 @@ async def _reply(
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app(bus: ts.Bus) -> Gateway:
-    """The demo gateway over ``bus``."""
-    return Gateway(bus)
+def build_app(bus: ts.Bus, *, speed: float = 1.0) -> Gateway:
+    """The demo gateway over ``bus`` (chat turns at ``speed``)."""
+    return Gateway(bus, speed=speed)
 
 
 async def serve(
@@ -131,7 +174,7 @@ async def serve(
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
-    gateway = build_app(bus)
+    gateway = build_app(bus, speed=speed)
     config = uvicorn.Config(
         gateway, host=host, port=port, log_level="warning", ws="websockets-sansio", lifespan="on"
     )

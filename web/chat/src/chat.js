@@ -1,0 +1,210 @@
+// The demo's chat page: the AI SDK's own chat client (AbstractChat with
+// DefaultChatTransport, what useChat runs) talking to toolstream's ChatApp at /api/chat.
+// Messages stream in as text, reasoning and tool cards; a call that needs a person shows
+// Approve / Deny; a reload mid-turn resumes the turn (GET /api/chat/<id>/stream).
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+} from 'ai';
+
+const API = '/api/chat';
+const STORE = 'toolstream-demo-chat';
+
+// -- the chat's state: kept in the page, saved so that a reload can resume -----------------
+
+class PageState {
+  constructor(messages) {
+    this.status = 'ready';
+    this.error = undefined;
+    this.messages = messages;
+    this.listeners = new Set();
+  }
+  changed() { for (const fn of this.listeners) fn(); }
+  pushMessage(m) { this.messages = this.messages.concat([m]); this.changed(); }
+  popMessage() { this.messages = this.messages.slice(0, -1); this.changed(); }
+  replaceMessage(i, m) {
+    this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)];
+    this.changed();
+  }
+  snapshot(x) { return structuredClone(x); }
+}
+
+class PageChat extends AbstractChat {
+  constructor({ state, ...init }) {
+    super({ ...init, state });
+    this.pageState = state;
+  }
+  setStatus(update) {
+    super.setStatus(update);
+    this.pageState.changed();
+  }
+}
+
+function load() {
+  try {
+    const saved = JSON.parse(sessionStorage.getItem(STORE) || 'null');
+    if (saved && typeof saved.id === 'string' && Array.isArray(saved.messages)) return saved;
+  } catch { /* a fresh chat */ }
+  return { id: `chat-${crypto.randomUUID()}`, messages: [] };
+}
+
+const saved = load();
+const state = new PageState(saved.messages);
+const progress = new Map(); // toolCallId -> the newest data-tool-progress
+
+const chat = new PageChat({
+  id: saved.id,
+  state,
+  transport: new DefaultChatTransport({ api: API }),
+  sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  onData: (part) => {
+    if (part.type === 'data-tool-progress' && part.data?.toolCallId) {
+      progress.set(part.data.toolCallId, part.data);
+      render();
+    }
+  },
+  onError: (error) => { lastError = String(error?.message ?? error); render(); },
+});
+let lastError = '';
+
+state.listeners.add(() => {
+  sessionStorage.setItem(STORE, JSON.stringify({ id: chat.id, messages: state.messages }));
+  render();
+});
+
+// -- rendering ------------------------------------------------------------------------------
+
+const $ = (selector) => document.querySelector(selector);
+const log = $('#messages');
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value == null || value === false) continue;
+    if (key === 'onclick') node.onclick = value;
+    else node.setAttribute(key, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child == null) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function short(value, max = 400) {
+  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 1);
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+const STATES = {
+  'input-streaming': 'receiving input',
+  'input-available': 'running',
+  'approval-requested': 'needs your approval',
+  'approval-responded': 'decided',
+  'output-available': 'completed',
+  'output-error': 'failed',
+  'output-denied': 'denied',
+};
+
+function toolCard(part) {
+  const name = part.type === 'dynamic-tool' ? part.toolName : part.type.slice('tool-'.length);
+  const running = progress.get(part.toolCallId);
+  const state = part.state === 'output-available' && part.preliminary ? 'input-available' : part.state;
+  const failed = part.state === 'output-error';
+  const cancelled = failed && /^Cancelled/.test(part.errorText ?? '');
+  const shown = cancelled ? 'cancelled' : STATES[state] ?? state;
+  const card = el('div', {
+    class: 'card chat-card',
+    'data-call': part.toolCallId,
+    'data-tool': name,
+    'data-state': cancelled ? 'cancelled' : state,
+  },
+    el('div', { class: 'top' },
+      el('span', { class: 'tool' }, name),
+      el('span', { class: 'badge' }, shown),
+    ),
+  );
+  if (part.input !== undefined) card.append(el('div', { class: 'summary input' }, short(part.input, 200)));
+  if (running && (state === 'input-available' || part.preliminary)) {
+    const fraction = typeof running.fraction === 'number' ? running.fraction : null;
+    card.append(el('div', { class: 'note' }, running.message ?? running.state ?? ''));
+    if (fraction != null) card.append(el('div', { class: 'bar' }, el('i', { style: `width:${Math.round(fraction * 100)}%` })));
+  }
+  if (part.state === 'approval-requested') {
+    const decide = (approved) => async () => {
+      for (const b of card.querySelectorAll('button')) b.disabled = true;
+      await chat.addToolApprovalResponse({ id: part.approval.id, approved, reason: approved ? undefined : 'denied on the demo page' });
+    };
+    card.append(el('div', { class: 'approval' },
+      el('span', { class: 'ask' }, part.approval?.requestReason ?? 'Approve this call?'),
+      el('button', { class: 'approve', onclick: decide(true) }, 'Approve'),
+      el('button', { class: 'deny', onclick: decide(false) }, 'Deny'),
+    ));
+  }
+  if (part.state === 'output-available' && part.output !== undefined) {
+    card.append(el('pre', { class: 'output' }, short(part.output)));
+  }
+  if (failed) card.append(el('div', { class: 'error' }, part.errorText));
+  if (part.state === 'output-denied') card.append(el('div', { class: 'error' }, 'Denied: the call never ran'));
+  return card;
+}
+
+function messageView(message) {
+  const body = el('div', { class: 'chat-body' });
+  for (const part of message.parts) {
+    if (part.type === 'text') {
+      body.append(el('div', { class: 'chat-text', 'data-state': part.state ?? 'done' }, part.text));
+    } else if (part.type === 'reasoning') {
+      body.append(el('details', { class: 'chat-reasoning' }, el('summary', {}, 'reasoning'), part.text));
+    } else if (part.type.startsWith('tool-') || part.type === 'dynamic-tool') {
+      body.append(toolCard(part));
+    }
+  }
+  return el('div', { class: `chat-message ${message.role}`, 'data-id': message.id, 'data-role': message.role },
+    el('div', { class: 'chat-who muted' }, message.role === 'user' ? 'you' : 'agent'),
+    body,
+  );
+}
+
+let scheduled = false;
+function render() {
+  if (scheduled) return;
+  scheduled = true;
+  requestAnimationFrame(() => {
+    scheduled = false;
+    log.replaceChildren(...state.messages.map(messageView));
+    $('#status').textContent = lastError ? `error: ${lastError}` : chat.status;
+    $('#status').className = `status ${lastError ? 'down' : chat.status === 'ready' ? '' : 'live'}`;
+    $('#send').disabled = chat.status === 'submitted' || chat.status === 'streaming';
+    $('#stop').disabled = !(chat.status === 'submitted' || chat.status === 'streaming');
+    $('#chat-id').textContent = chat.id;
+    window.chatView = { status: chat.status, error: lastError, messages: state.messages };
+  });
+}
+
+// -- controls -------------------------------------------------------------------------------
+
+$('#composer').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const text = $('#prompt').value.trim();
+  if (!text) return;
+  $('#prompt').value = '';
+  lastError = '';
+  await chat.sendMessage({ text });
+});
+
+// Stopping the turn is a request of its own: closing the response never stops the agent.
+$('#stop').addEventListener('click', async () => {
+  await fetch(`${API}/${encodeURIComponent(chat.id)}/stop`, { method: 'POST' });
+});
+
+$('#new-chat').addEventListener('click', () => {
+  sessionStorage.removeItem(STORE);
+  location.reload();
+});
+
+window.chat = chat;
+render();
+// A turn that was streaming when the page went away goes on: resume it.
+chat.resumeStream();
