@@ -21,6 +21,7 @@ from benchmarks import (
     bench_approvals,
     bench_bus,
     bench_callbacks,
+    bench_chat,
     bench_integrations,
     bench_memory,
     bench_nats,
@@ -46,6 +47,7 @@ SUITES: list[tuple[str, Any]] = [
     ("redis", bench_redis),
     ("nats", bench_nats),
     ("approvals", bench_approvals),
+    ("chat", bench_chat),
     ("integrations", bench_integrations),
     ("otel", bench_otel),
 ]

@@ -70,6 +70,25 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def wait_until_up(url: str, procs: list[subprocess.Popen[str]], within: float = 30.0) -> None:
+    """Return once ``url``/healthz answers 200 (a process exiting first is an error)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a chat process exited")
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {within} s")
+
+
 def gateway(url: str, prefix: str, port: int, dialect: str) -> None:
     """Serve a ChatApp on RedisBus on 127.0.0.1:port (``/healthz`` answers 200 when up)."""
     import uvicorn

@@ -35,6 +35,18 @@ def require(available: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server shared by a test module (each test uses its own key prefix)."""
+    from tests.redis_server import RedisServer, require_redis
+
+    require_redis()
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of the test's own (append-only file on), for tests that stop,

@@ -129,3 +129,15 @@ def test_nats_benchmark_runs_and_reports() -> None:
     assert results["throughput_ratio"] > 0
     assert results["cluster_latency"]["p50_ms"] > 0
     assert "raw nats-py" in bench_nats.report(results)
+
+
+def test_chat_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_chat
+
+    results = bench_chat.run(quick=True)
+    report = bench_chat.report(results)
+    for figure in bench_chat.FIGURES:
+        row = results[figure]
+        assert row["toolstream"] > 0 and row["handwritten"] > 0
+        assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
+    assert "hand-written" in report and "resume" in report

@@ -8,21 +8,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 import toolstream as ts
 from toolstream.demo import build_app
 
 from .browser import browser_page, wait_for
-from .chat_procs import spawn
+from .chat_procs import spawn, wait_until_up
 from .conftest import require
-from .redis_server import RedisServer, free_port, require_redis
+from .redis_server import RedisServer, free_port
 from .servers import serve
+from .test_demo import TURN_TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "web" / "chat"
@@ -99,18 +98,7 @@ def converse(page: Any, url: str) -> list[dict[str, Any]]:
 def check_turn(parts: list[dict[str, Any]]) -> None:
     tools = [p["type"].removeprefix("tool-") for p in parts if p["type"].startswith("tool-")]
     # Every card once (nothing doubled by the resume), in the order the agent made them.
-    assert tools == [
-        "web_search",
-        "fetch_page",
-        "fetch_page",
-        "fetch_page",
-        "summarize_documents",
-        "run_shell",
-        "slow_database_query",
-        "call_api",
-        "export_table",
-        "send_email",
-    ]
+    assert tools == TURN_TOOLS
     states = {p["type"].removeprefix("tool-"): p["state"] for p in parts if "toolCallId" in p}
     assert states["run_shell"] == "output-error"
     assert states["send_email"] == "output-available"
@@ -132,15 +120,6 @@ def test_the_chat_page_in_one_process() -> None:
     assert run.state == "completed"
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    require_redis()
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
-
-
 def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisServer) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     port = free_port()
@@ -158,18 +137,3 @@ def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisSe
             proc.kill()
             proc.wait(10)
     check_turn(parts)
-
-
-def wait_until_up(url: str, procs: list[subprocess.Popen[str]]) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert all(p.poll() is None for p in procs), "a demo process exited"
-        time.sleep(0.1)
-    raise AssertionError("the demo gateway did not come up")

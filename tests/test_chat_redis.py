@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.chat_agents import STORY
-from tests.chat_procs import spawn
-from tests.redis_server import RedisServer, free_port, require_redis
+from tests.chat_procs import spawn, wait_until_up
+from tests.redis_server import RedisServer, free_port
 from toolstream.redis import RedisBus
 
 from .interop.test_chat_clients import parts, run_client
@@ -25,15 +25,6 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # redis-py has no trio support
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    require_redis()
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
 
 
 class Deployment:
@@ -50,18 +41,7 @@ class Deployment:
         ]
 
     async def ready(self) -> None:
-        with anyio.fail_after(30):
-            while True:
-                try:
-                    async with httpx.AsyncClient() as http:
-                        if (await http.get(self.url + "/healthz", timeout=0.5)).status_code == 200:
-                            return
-                except httpx.HTTPError:
-                    pass
-                for proc in self.procs:
-                    if proc.poll() is not None:
-                        raise RuntimeError("a chat process exited")
-                await anyio.sleep(0.1)
+        await anyio.to_thread.run_sync(wait_until_up, self.url, self.procs)
 
     def bus(self) -> RedisBus:
         return RedisBus(self.redis_url, prefix=self.prefix)

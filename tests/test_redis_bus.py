@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, cast
 
@@ -14,7 +14,7 @@ import redis
 
 import toolstream as ts
 from tests import broker_checks
-from tests.redis_server import RedisServer, require_redis
+from tests.redis_server import RedisServer
 from tests.servers import eventually, take
 from toolstream.redis import RedisBus
 from toolstream.testing import BusFactory, bus_conformance_checks
@@ -26,15 +26,6 @@ pytestmark = pytest.mark.timeout(60)
 def anyio_backend() -> str:
     # redis-py has no trio support; test_trio_is_refused checks the error trio gets.
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    require_redis()
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def bus_factory(server: RedisServer, **options: object) -> BusFactory:

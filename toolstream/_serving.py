@@ -57,9 +57,16 @@ __all__ = [
     "may_read",
     "open_pump",
     "pump_for",
+    "admit",
+    "event_stream",
+    "stream_headers",
+    "http_only",
+    "origin_refused",
+    "prepared",
     "read_body",
     "respond",
     "send_json",
+    "unavailable",
     "request_info",
     "subscribe_at",
     "watch_server_exit",
@@ -278,8 +285,8 @@ async def open_pump(
     """
     parsed = Cursor.parse(cursor)
     sub = subscribe_at(bus, session=session, run=run, cursor=parsed, buffer=buffer, types=types)
+    await prepared(sub)
     try:
-        await sub.prepare()
         return pump_for(
             sub, session=session, run=run, cursor=parsed, dialect=dialect, fmt=fmt, cache=cache
         )
@@ -490,3 +497,108 @@ async def send_json(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def http_only(
+    scope: Scope, receive: Receive, send: Send, on_shutdown: Callable[[], None], name: str
+) -> bool:
+    """What an HTTP app does with the rest: the lifespan answered (``on_shutdown`` at
+    its end), a WebSocket closed (1003). True when the request was one of those."""
+    kind = scope["type"]
+    if kind == "lifespan":
+        await lifespan(receive, send, on_shutdown)
+        return True
+    if kind == "websocket":
+        await send({"type": "websocket.close", "code": 1003})
+        return True
+    if kind != "http":
+        raise ValueError(f"{name} serves HTTP, not {kind!r}")
+    return False
+
+
+async def origin_refused(
+    request: RequestInfo, allowed: frozenset[str] | None, send: Send, *, code: str | None = None
+) -> bool:
+    """A request whose ``Origin`` is not ``allowed`` is refused (403 sent): True."""
+    if allowed is None:
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin in allowed:
+        return False
+    await respond(send, 403, "forbidden origin", code=code)
+    return True
+
+
+async def admit(
+    hook: Authorize | None, request: RequestInfo, session: str, send: Send, refusal: str
+) -> Principal | bool | None:
+    """The principal that may read ``session``; None once refused (401, or 403 with
+    ``refusal`` as the message)."""
+    principal = await authenticate(hook, request)
+    if principal is None:
+        await respond(send, 401, "authentication required", [(b"www-authenticate", b"Bearer")])
+        return None
+    if not await may_read(principal, session):
+        await respond(send, 403, refusal, code="forbidden")
+        return None
+    return principal
+
+
+async def unavailable(send: Send, exc: BaseException) -> None:
+    """503: the bus cannot be reached."""
+    await respond(send, 503, f"the event bus is unavailable: {exc}", code="unavailable")
+
+
+async def prepared(sub: Subscription[Any]) -> Subscription[Any]:
+    """``sub`` once it knows where it starts (:meth:`Subscription.prepare`); released
+    whatever fails."""
+    try:
+        await sub.prepare()
+    except BaseException:
+        await sub.aclose()
+        raise
+    return sub
+
+
+def stream_headers(dialect: Dialect) -> list[tuple[bytes, bytes]]:
+    """The headers of an event stream in ``dialect`` (its own headers included)."""
+    headers = [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+    ]
+    headers += [
+        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in dialect.headers.items()
+    ]
+    return headers
+
+
+async def event_stream(
+    streams: OpenStreams, receive: Receive, send: Send, write: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``write()`` (which sends the body of a started response) until it returns,
+    the client disconnects or the server exits, then end the body. Registered in
+    ``streams`` meanwhile (``shutdown()`` ends it)."""
+    disconnected = False
+    try:
+        with anyio.CancelScope() as cancel, streams.serving(cancel):
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    nonlocal disconnected
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    disconnected = True
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                tg.start_soon(watch_server_exit, cancel)
+                await write()
+                tg.cancel_scope.cancel()
+    except OSError:  # the connection went away while we wrote
+        disconnected = True
+    if not disconnected:
+        try:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the connection went away meanwhile
+            pass

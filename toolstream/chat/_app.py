@@ -190,22 +190,12 @@ class ChatApp:
     async def __call__(
         self, scope: serving.Scope, receive: serving.Receive, send: serving.Send
     ) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await serving.lifespan(receive, send, self.shutdown)
+        if await serving.http_only(scope, receive, send, self.shutdown, "ChatApp"):
             return
-        if kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
-            return
-        if kind != "http":
-            raise ValueError(f"ChatApp serves HTTP, not {kind!r}")
         method = scope["method"]
         request = serving.request_info(scope)
-        if self.allowed_origins is not None:
-            origin = request.headers.get("origin")
-            if origin is not None and origin not in self.allowed_origins:
-                await serving.respond(send, 403, "forbidden origin", code="forbidden")
-                return
+        if await serving.origin_refused(request, self.allowed_origins, send, code="forbidden"):
+            return
         if self._streams.closing:
             await serving.respond(send, 503, "the server is shutting down", code="unavailable")
             return
@@ -264,9 +254,7 @@ class ChatApp:
             else:
                 await self._start(chat, principal, receive, send)
         except (BusUnavailable, BusClosed) as exc:
-            await serving.respond(
-                send, 503, f"the event bus is unavailable: {exc}", code="unavailable"
-            )
+            await serving.unavailable(send, exc)
 
     async def _start(
         self,
@@ -281,12 +269,9 @@ class ChatApp:
         if key in self._turns:
             await serving.respond(send, 409, f"run {run_id!r} is already running", code="conflict")
             return
-        sub = self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
-        try:
-            await sub.prepare()
-        except BaseException:
-            await sub.aclose()
-            raise
+        sub = await serving.prepared(
+            self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
+        )
         started = anyio.Event()
         turn = _Turn(chat.session)
         self._turns[key] = turn
@@ -422,13 +407,10 @@ class ChatApp:
     async def _resume(
         self, request: RequestInfo, session: str, receive: serving.Receive, send: serving.Send
     ) -> None:
-        session = _unquote(session)
-        if not serving.valid_session(session):
-            await serving.respond(send, 400, "the chat id must be valid text", code="invalid")
+        admitted = await self._chat_of(request, session, send)
+        if admitted is None:
             return
-        principal = await self._admit(request, session, send)
-        if principal is None:
-            return
+        session, _ = admitted
         try:
             open_runs = (await self._snapshot(session)).open_runs
             if not open_runs:
@@ -448,15 +430,9 @@ class ChatApp:
                 sub = self.bus.subscribe(
                     session=session, run=run.run_id, snapshot=True, buffer=self.buffer
                 )
-            try:
-                await sub.prepare()
-            except BaseException:
-                await sub.aclose()
-                raise
+            await serving.prepared(sub)
         except (BusUnavailable, BusClosed) as exc:
-            await serving.respond(
-                send, 503, f"the event bus is unavailable: {exc}", code="unavailable"
-            )
+            await serving.unavailable(send, exc)
             return
         await self._stream(sub, self._dialect(), receive, send, started=True)
 
@@ -466,13 +442,10 @@ class ChatApp:
         self, request: RequestInfo, session: str, receive: serving.Receive, send: serving.Send
     ) -> None:
         await serving.read_body(receive, self.max_body_bytes)
-        session = _unquote(session)
-        if not serving.valid_session(session):
-            await serving.respond(send, 400, "the chat id must be valid text", code="invalid")
+        admitted = await self._chat_of(request, session, send)
+        if admitted is None:
             return
-        principal = await self._admit(request, session, send)
-        if principal is None:
-            return
+        session, principal = admitted
         if not await serving.may_approve(principal, session):
             await serving.respond(
                 send, 403, f"not allowed to stop chat {session!r}", code="forbidden"
@@ -481,9 +454,7 @@ class ChatApp:
         try:
             open_runs = [r.run_id for r in (await self._snapshot(session)).open_runs]
         except (BusUnavailable, BusClosed) as exc:
-            await serving.respond(
-                send, 503, f"the event bus is unavailable: {exc}", code="unavailable"
-            )
+            await serving.unavailable(send, exc)
             return
         stopped: list[str] = []
         for key, turn in list(self._turns.items()):
@@ -509,20 +480,20 @@ class ChatApp:
     async def _admit(
         self, request: RequestInfo, session: str, send: serving.Send
     ) -> Principal | bool | None:
-        principal = await serving.authenticate(self.authorize, request)
-        if principal is None:
-            await serving.respond(
-                send,
-                401,
-                "authentication required",
-                [(b"www-authenticate", b"Bearer")],
-                code="unauthorized",
-            )
+        refusal = f"not allowed in chat {session!r}"
+        return await serving.admit(self.authorize, request, session, send, refusal)
+
+    async def _chat_of(
+        self, request: RequestInfo, raw: str, send: serving.Send
+    ) -> tuple[str, Principal | bool] | None:
+        """The chat id of a path and the principal that may read it; None once
+        refused (400 / 401 / 403 sent)."""
+        session = unquote(raw)
+        if not serving.valid_session(session):
+            await serving.respond(send, 400, "the chat id must be valid text", code="invalid")
             return None
-        if not await serving.may_read(principal, session):
-            await serving.respond(send, 403, f"not allowed in chat {session!r}", code="forbidden")
-            return None
-        return principal
+        principal = await self._admit(request, session, send)
+        return None if principal is None else (session, principal)
 
     async def _stream(
         self,
@@ -537,38 +508,21 @@ class ChatApp:
     ) -> None:
         """Send the run's stream (``head`` first: events read already) until it ends, or
         until it waits for a person."""
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        headers += [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in dialect.headers.items()
-        ]
         encoder = Encoder(dialect)
         waiting: set[str] = set() if pending is None else pending
         try:
+            headers = serving.stream_headers(dialect)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            with anyio.CancelScope() as cancel, self._streams.serving(cancel):
-                async with anyio.create_task_group() as tg:
-
-                    async def watch() -> None:
-                        while (await receive())["type"] != "http.disconnect":
-                            pass
-                        tg.cancel_scope.cancel()
-
-                    tg.start_soon(watch)
-                    tg.start_soon(serving.watch_server_exit, cancel)
-                    await self._pump(sub, encoder, send, waiting, started, head or [])
-                    tg.cancel_scope.cancel()
-        except OSError:  # the client went away while we wrote
+            await serving.event_stream(
+                self._streams,
+                receive,
+                send,
+                lambda: self._pump(sub, encoder, send, waiting, started, head or []),
+            )
+        except OSError:  # the client went away before the stream began
             pass
         finally:
             sub.close()
-        try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            pass
 
     async def _pump(
         self,
@@ -672,7 +626,3 @@ async def _host_agents(
             await started.wait()
     finally:
         done()
-
-
-def _unquote(text: str) -> str:
-    return unquote(text)

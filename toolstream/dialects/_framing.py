@@ -59,8 +59,8 @@ class MessageMemory:
     """What a client already received about one message."""
 
     message_id: str
-    text_open: bool = False  # the text part was started on the wire and not ended
-    reasoning_open: bool = False  # the same for the reasoning part
+    #: The kinds ("text", "reasoning") whose part was started on the wire and not ended.
+    open: set[str] = attrs.field(factory=set)
 
 
 class RunFraming:
@@ -240,15 +240,34 @@ class RunFramedDialect(BaseDialect):
         """After a reset: what brings a client to an open call's current state."""
         raise NotImplementedError
 
-    def _message_text(
-        self, message: MessageMemory, kind: str, text: str
+    def _part(
+        self, kind: str, phase: str, message_id: str, text: str = ""
     ) -> list[WireMessage]:  # pragma: no cover
-        """Text (``kind`` ``"text"`` or ``"reasoning"``) appended to a message."""
+        """The protocol's messages that ``phase`` (``"start"``, ``"delta"``, ``"end"``) a
+        message's part of ``kind`` (``"text"``, ``"reasoning"``)."""
         raise NotImplementedError
 
-    def _end_message(self, message: MessageMemory) -> list[WireMessage]:  # pragma: no cover
+    def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
+        """Text of ``kind`` appended to a message: the other kind's part ends (the model
+        moved on), this kind's starts if need be."""
+        out: list[WireMessage] = []
+        for other in list(message.open):
+            if other != kind:
+                message.open.discard(other)
+                out += self._part(other, "end", message.message_id)
+        if kind not in message.open:
+            message.open.add(kind)
+            out += self._part(kind, "start", message.message_id)
+        return out + self._part(kind, "delta", message.message_id, text)
+
+    def _end_message(self, message: MessageMemory) -> list[WireMessage]:
         """End what is open of a message on the wire."""
-        raise NotImplementedError
+        out: list[WireMessage] = []
+        for kind in ("reasoning", "text"):
+            if kind in message.open:
+                message.open.discard(kind)
+                out += self._part(kind, "end", message.message_id)
+        return out
 
     def pause(self) -> list[WireMessage]:  # pragma: no cover
         """The messages that end a response where the run waits for a person, leaving

@@ -35,7 +35,7 @@ from toolstream import (
 )
 
 from ._base import WireMessage, drop_none
-from ._framing import CallMemory, MessageMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AGUI", "decisions"]
 
@@ -210,46 +210,25 @@ class AGUI(RunFramedDialect):
         frame.nested.clear()
         return out
 
-    def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
-        out: list[WireMessage] = []
-        if kind == "reasoning":
-            reasoning_id = f"{message.message_id}-reasoning"
-            if message.text_open:  # a new kind of text: the other one is done
-                message.text_open = False
-                out.append(self._msg("TEXT_MESSAGE_END", messageId=message.message_id))
-            if not message.reasoning_open:
-                message.reasoning_open = True
-                out.append(self._msg("REASONING_START", messageId=reasoning_id))
-                out.append(
-                    self._msg("REASONING_MESSAGE_START", messageId=reasoning_id, role="reasoning")
-                )
-            out.append(self._msg("REASONING_MESSAGE_CONTENT", messageId=reasoning_id, delta=text))
-        else:
-            out += self._end_reasoning(message)
-            if not message.text_open:
-                message.text_open = True
-                out.append(
-                    self._msg("TEXT_MESSAGE_START", messageId=message.message_id, role="assistant")
-                )
-            out.append(self._msg("TEXT_MESSAGE_CONTENT", messageId=message.message_id, delta=text))
-        return out
-
-    def _end_reasoning(self, message: MessageMemory) -> list[WireMessage]:
-        if not message.reasoning_open:
-            return []
-        message.reasoning_open = False
-        reasoning_id = f"{message.message_id}-reasoning"
+    def _part(self, kind: str, phase: str, message_id: str, text: str = "") -> list[WireMessage]:
+        if kind == "text":
+            if phase == "start":
+                return [self._msg("TEXT_MESSAGE_START", messageId=message_id, role="assistant")]
+            if phase == "delta":
+                return [self._msg("TEXT_MESSAGE_CONTENT", messageId=message_id, delta=text)]
+            return [self._msg("TEXT_MESSAGE_END", messageId=message_id)]
+        reasoning = f"{message_id}-reasoning"
+        if phase == "start":
+            return [
+                self._msg("REASONING_START", messageId=reasoning),
+                self._msg("REASONING_MESSAGE_START", messageId=reasoning, role="reasoning"),
+            ]
+        if phase == "delta":
+            return [self._msg("REASONING_MESSAGE_CONTENT", messageId=reasoning, delta=text)]
         return [
-            self._msg("REASONING_MESSAGE_END", messageId=reasoning_id),
-            self._msg("REASONING_END", messageId=reasoning_id),
+            self._msg("REASONING_MESSAGE_END", messageId=reasoning),
+            self._msg("REASONING_END", messageId=reasoning),
         ]
-
-    def _end_message(self, message: MessageMemory) -> list[WireMessage]:
-        out = self._end_reasoning(message)
-        if message.text_open:
-            message.text_open = False
-            out.append(self._msg("TEXT_MESSAGE_END", messageId=message.message_id))
-        return out
 
     def _end_call(self, call: CallMemory, reason: str) -> list[WireMessage]:
         """Close a call the run is leaving behind: END, a result saying why, CUSTOM."""

@@ -30,7 +30,7 @@ from toolstream import (
 )
 
 from ._base import WireMessage, drop_none
-from ._framing import CallMemory, MessageMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AISDK", "decisions"]
 
@@ -109,36 +109,9 @@ class AISDK(RunFramedDialect):
 
     # -- messages ------------------------------------------------------------------------
 
-    def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
-        out: list[WireMessage] = []
-        if kind == "reasoning":
-            part = f"{message.message_id}-reasoning"
-            if message.text_open:  # a new kind of text: the other part is done
-                message.text_open = False
-                out.append(self._msg("text-end", id=message.message_id))
-            if not message.reasoning_open:
-                message.reasoning_open = True
-                out.append(self._msg("reasoning-start", id=part))
-            out.append(self._msg("reasoning-delta", id=part, delta=text))
-        else:
-            if message.reasoning_open:
-                message.reasoning_open = False
-                out.append(self._msg("reasoning-end", id=f"{message.message_id}-reasoning"))
-            if not message.text_open:
-                message.text_open = True
-                out.append(self._msg("text-start", id=message.message_id))
-            out.append(self._msg("text-delta", id=message.message_id, delta=text))
-        return out
-
-    def _end_message(self, message: MessageMemory) -> list[WireMessage]:
-        out: list[WireMessage] = []
-        if message.reasoning_open:
-            message.reasoning_open = False
-            out.append(self._msg("reasoning-end", id=f"{message.message_id}-reasoning"))
-        if message.text_open:
-            message.text_open = False
-            out.append(self._msg("text-end", id=message.message_id))
-        return out
+    def _part(self, kind: str, phase: str, message_id: str, text: str = "") -> list[WireMessage]:
+        part = message_id if kind == "text" else f"{message_id}-reasoning"
+        return [self._msg(f"{kind}-{phase}", id=part, delta=text if phase == "delta" else None)]
 
     # -- calls ---------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ class Ingest:
         self.messages = messages
         #: The message the stream's text and reasoning went to (made at the first text).
         self.message: ts.MessageHandle | None = None
+        self._begin()
         #: Every call announced in this stream, in order.
         self.calls: list[ts.CallHandle] = []
         self._finished = False
@@ -149,6 +150,9 @@ class Ingest:
         """The stream ended: whatever input is still open is all there is."""
         for handle in self.calls:
             self._complete_input(handle)
+
+    def _begin(self) -> None:
+        """Set up a subclass's parsing state (called by ``__init__``)."""
 
     def _feed(self, chunk: object) -> None:  # pragma: no cover - abstract
         """Parse one chunk (raising ProviderStreamError for what is malformed)."""

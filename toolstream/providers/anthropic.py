@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import toolstream as ts
 
 from ._base import Ingest, as_mapping, field
@@ -24,14 +22,7 @@ class AnthropicIngest(Ingest):
     ``on_text`` receives the text. An ``error`` event fails every call not yet ready.
     """
 
-    def __init__(
-        self,
-        tracker: ts.Tracker,
-        on_text: Callable[[str], object] | None = None,
-        *,
-        messages: bool = True,
-    ) -> None:
-        super().__init__(tracker, on_text, messages=messages)
+    def _begin(self) -> None:
         self._blocks: dict[int, ts.CallHandle] = {}
         self._message_id: str | None = None
         self.stop_reason: str | None = None

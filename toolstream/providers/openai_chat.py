@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import toolstream as ts
@@ -31,14 +31,7 @@ class OpenAIChatIngest(Ingest):
     free-form input is published as a JSON string.
     """
 
-    def __init__(
-        self,
-        tracker: ts.Tracker,
-        on_text: Callable[[str], object] | None = None,
-        *,
-        messages: bool = True,
-    ) -> None:
-        super().__init__(tracker, on_text, messages=messages)
+    def _begin(self) -> None:
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._current: dict[int, int] = {}  # choice index -> tool-call index being streamed
         self.finish_reason: str | None = None

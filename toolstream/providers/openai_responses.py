@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import toolstream as ts
@@ -35,14 +35,7 @@ class OpenAIResponsesIngest(Ingest):
     ``response.output_text.delta`` text. Unknown event types are ignored.
     """
 
-    def __init__(
-        self,
-        tracker: ts.Tracker,
-        on_text: Callable[[str], object] | None = None,
-        *,
-        messages: bool = True,
-    ) -> None:
-        super().__init__(tracker, on_text, messages=messages)
+    def _begin(self) -> None:
         self._items: dict[str, _Item] = {}  # item id (fc_…) -> call
         self.status: str | None = None
 

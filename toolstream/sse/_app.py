@@ -8,8 +8,6 @@ from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
-import anyio
-
 from toolstream import (
     Bus,
     BusClosed,
@@ -171,15 +169,8 @@ class SSEApp:
     async def __call__(
         self, scope: serving.Scope, receive: serving.Receive, send: serving.Send
     ) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await serving.lifespan(receive, send, self.shutdown)
+        if await serving.http_only(scope, receive, send, self.shutdown, "SSEApp"):
             return
-        if kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
-            return
-        if kind != "http":
-            raise ValueError(f"SSEApp serves HTTP, not {kind!r}")
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
             await serving.respond(
@@ -187,11 +178,8 @@ class SSEApp:
             )
             return
         request = serving.request_info(scope)
-        if self.allowed_origins is not None:
-            origin = request.headers.get("origin")
-            if origin is not None and origin not in self.allowed_origins:
-                await serving.respond(send, 403, "forbidden origin")
-                return
+        if await serving.origin_refused(request, self.allowed_origins, send):
+            return
         session = self.session_from(scope) if self.session_from else request.query.get("session")
         if not session:
             await serving.respond(send, 400, "missing session: add ?session=<id>")
@@ -231,16 +219,9 @@ class SSEApp:
             await serving.respond(send, 500, f"dialect {name}: {exc}")
             return
         except (BusUnavailable, BusClosed) as exc:
-            await serving.respond(send, 503, f"the event bus is unavailable: {exc}")
+            await serving.unavailable(send, exc)
             return
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        headers += [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in dialect.headers.items()
-        ]
+        headers = serving.stream_headers(dialect)
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if scope["method"] == "HEAD":
             pump.subscription.close()
@@ -252,17 +233,8 @@ class SSEApp:
         self, request: RequestInfo, session: str, send: serving.Send
     ) -> Principal | bool | None:
         """The principal that may read ``session``; None once refused (401 / 403 sent)."""
-        principal = await serving.authenticate(self.authorize, request)
-        if principal is None:
-            await serving.respond(
-                send, 401, "authentication required", [(b"www-authenticate", b"Bearer")]
-            )
-            return None
-        if not await serving.may_read(principal, session):
-            message = f"not allowed to read session {session!r}"
-            await serving.respond(send, 403, message, code="forbidden")
-            return None
-        return principal
+        refusal = f"not allowed to read session {session!r}"
+        return await serving.admit(self.authorize, request, session, send, refusal)
 
     async def _decide(
         self,
@@ -295,33 +267,12 @@ class SSEApp:
         await serving.send_json(send, outcome.status, outcome.body)
 
     async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
-        disconnected = False
         self._cache.users += 1
         try:
-            with anyio.CancelScope() as cancel, self._streams.serving(cancel):
-                async with anyio.create_task_group() as tg:
-
-                    async def watch() -> None:
-                        nonlocal disconnected
-                        while True:
-                            message = await receive()
-                            if message["type"] == "http.disconnect":
-                                disconnected = True
-                                tg.cancel_scope.cancel()
-                                return
-
-                    tg.start_soon(watch)
-                    tg.start_soon(serving.watch_server_exit, cancel)
-                    await self._pump(pump, send)
-                    tg.cancel_scope.cancel()
+            await serving.event_stream(self._streams, receive, send, lambda: self._pump(pump, send))
         finally:
             self._cache.users -= 1
             pump.subscription.close()  # released at once, whatever ended the stream
-        if not disconnected:
-            try:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            except OSError:  # the connection went away meanwhile
-                pass
 
     async def _pump(self, pump: Pump[bytes], send: serving.Send) -> None:
         """Write the stream until it ends, or the client is cut (after telling it to
