@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -96,8 +97,13 @@ def turns(bus: ts.EventBus) -> Turns:
 
 
 @pytest.fixture
-def server(bus: ts.EventBus, turns: Turns) -> Iterator[Served]:
-    with serve(ChatApp(bus, turns)) as served:
+def app(bus: ts.EventBus, turns: Turns) -> ChatApp:
+    return ChatApp(bus, turns)
+
+
+@pytest.fixture
+def server(app: ChatApp) -> Iterator[Served]:
+    with serve(app) as served:
         yield served
 
 
@@ -233,6 +239,22 @@ async def test_stop_cancels_the_turn_and_a_chat_with_none_gets_404(
     assert kinds(streamed)[-4:] == ["abort", "finish-step", "finish", "[DONE]"]
 
 
+async def test_shutdown_ends_the_responses_and_cancels_the_turns(
+    client: httpx.AsyncClient, bus: ts.EventBus, app: ChatApp
+) -> None:
+    async with client.stream("POST", API, json=user("a long story", chat="c5")) as response:
+        async for line in response.aiter_lines():
+            if "text-delta" in line:
+                break
+        assert app.active_turns == 1
+        app.shutdown()  # as the lifespan's shutdown does
+        await eventually(lambda: bus.snapshot("c5").runs[0].state != "running", within=5)
+    assert bus.snapshot("c5").runs[0].state == "cancelled"
+    await eventually(lambda: app.active_turns == 0)
+    refused = await client.post(API, json=user("hi", chat="c6"))
+    assert (refused.status_code, refused.json()["code"]) == (503, "unavailable")
+
+
 async def test_a_turn_that_fails_to_start_is_a_500_and_one_that_never_starts_says_so(
     bus: ts.EventBus,
 ) -> None:
@@ -351,3 +373,20 @@ async def test_auth_origin_and_foreign_chats(bus: ts.EventBus, turns: Turns) -> 
             assert done.status_code == 200
             (call,) = bus.snapshot("c1").calls
             assert call.decided_by == "alice"
+
+
+def test_the_chat_package_exports_what_the_docs_name() -> None:
+    import inspect
+
+    import toolstream.chat as chat
+
+    assert chat.__all__ == ["BadBody", "CancelTurn", "ChatApp", "StartTurn", "TurnRequest"]
+    for name in ("BadBody", "ChatApp", "TurnRequest"):
+        obj = getattr(chat, name)
+        assert inspect.isclass(obj) and obj.__doc__, name
+        for attr, member in vars(obj).items():
+            if not attr.startswith("_") and callable(member):
+                assert member.__doc__, f"{name}.{attr}"
+    doc = (Path(__file__).parent.parent / "docs" / "chat.md").read_text()
+    for name in ("ChatApp", "TurnRequest", "start_turn", "cancel_turn", "user_text"):
+        assert name in doc

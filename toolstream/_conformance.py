@@ -24,6 +24,9 @@ from ._core.events import (
     ApprovalRequested,
     ApprovalResolved,
     Event,
+    MessageDelta,
+    MessageFinished,
+    MessageStarted,
     RunFinished,
     RunStarted,
     Snapshot,
@@ -321,6 +324,45 @@ async def check_snapshot_method(factory: BusFactory) -> None:
         assert calls["b"].state.value == "failed"
         assert [r.run_id for r in snap.open_runs] == ["r"]
         assert bus.snapshot("nobody").calls == ()
+    finally:
+        await bus.aclose()
+
+
+async def check_messages_in_snapshots_and_replays(factory: BusFactory) -> None:
+    """A run's messages: their text in ``snapshot()``, in a late subscriber's reset, and
+    replayed exactly from the run's ``first_event_id`` (what a chat resume reads)."""
+    bus = await _make(factory)
+    try:
+        env: dict[str, Any] = {"session": "s", "run_id": "r"}
+        bus.publish(RunStarted, **env)
+        bus.publish(MessageStarted, **env, message_id="m", role="assistant")
+        bus.publish(MessageDelta, **env, message_id="m", text="Hel", kind="text")
+        bus.publish(MessageDelta, **env, message_id="m", text="why", kind="reasoning")
+        bus.publish(MessageDelta, **env, message_id="m", text="lo", kind="text")
+        late = bus.subscribe(session="s", snapshot=True)
+        (reset,) = await _drain(late, 1)
+        assert isinstance(reset, StreamReset), reset
+        (message,) = reset.snapshot.messages
+        assert (message.text, message.reasoning, message.finished) == ("Hello", "why", False)
+        bus.publish(MessageFinished, **env, message_id="m")
+        bus.publish(RunFinished, **env)
+        snap = bus.snapshot("s")
+        assert [(m.message_id, m.text, m.finished) for m in snap.messages] == [("m", "Hello", True)]
+        (run,) = snap.runs
+        assert run.first_event_id is not None
+        replay = bus.resume(session="s", run="r", after=run.first_event_id, at=True)
+        events = await _drain(replay, 7)
+        assert [e.type for e in events] == [
+            "run.started",
+            "message.started",
+            "message.delta",
+            "message.delta",
+            "message.delta",
+            "message.finished",
+            "run.finished",
+        ]
+        late.close()
+        replay.close()
     finally:
         await bus.aclose()
 
@@ -665,6 +707,7 @@ _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_partial_output_kept,
     check_thread_publish,
     check_snapshot_method,
+    check_messages_in_snapshots_and_replays,
     check_close_ends_subscriptions,
     check_resume_origin,
     check_resume_filtered,

@@ -162,8 +162,10 @@ class MessageHandle:
             self._publish_text(kind, text)
 
     def _publish_text(self, kind: MessageKind, text: str) -> None:
-        for piece in self._tracker.payload.chunks(text):
-            self._emit(MessageDelta, text=piece, kind=kind)
+        t = self._tracker
+        for piece in t.payload.chunks(text):
+            values = (t.session, self.run_id, "", "", None, self.message_id, piece, kind)
+            t._emit_values(MessageDelta, values)
 
     def _emit(self, cls: type[Event], **fields: Any) -> None:
         fields["message_id"] = self.message_id

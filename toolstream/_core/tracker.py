@@ -40,6 +40,7 @@ from .events import (
     CallState,
     Event,
     JSONValue,
+    MessageDelta,
     MessageStarted,
     RunFinished,
     StreamReset,
@@ -71,11 +72,18 @@ R = TypeVar("R")
 # The hot paths pass these events' values by position (see ``CallHandle.progress``).
 _PROGRESS = plan_of(ToolProgress)
 _OUTPUT = plan_of(ToolOutputDelta)
-if _PROGRESS.fields != (*ENVELOPE, "fraction", "current", "total", "message", "data") or (
-    _OUTPUT.fields != (*ENVELOPE, "text")
+_TEXT = plan_of(MessageDelta)
+if (
+    _PROGRESS.fields != (*ENVELOPE, "fraction", "current", "total", "message", "data")
+    or _OUTPUT.fields != (*ENVELOPE, "text")
+    or _TEXT.fields != (*ENVELOPE, "message_id", "text", "kind")
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
-_TUPLE_BUILDERS = {ToolProgress: _PROGRESS.build_tuple, ToolOutputDelta: _OUTPUT.build_tuple}
+_TUPLE_BUILDERS = {
+    ToolProgress: _PROGRESS.build_tuple,
+    ToolOutputDelta: _OUTPUT.build_tuple,
+    MessageDelta: _TEXT.build_tuple,
+}
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
 _BUILDERS = {cls: plan_of(cls).build for cls in EVENT_TYPES if cls is not StreamReset}
@@ -635,8 +643,8 @@ class Tracker:
             return None
 
     def _emit_values(self, cls: type[Event], values: tuple[Any, ...]) -> None:
-        """Publish a progress or output-text event given as its values in field order
-        (the hot paths; lock held)."""
+        """Publish a progress, output-text or message-text event given as its values in
+        field order (the hot paths; lock held)."""
         fast = self._fast
         try:
             if fast is not None:

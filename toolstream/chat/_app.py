@@ -284,7 +284,7 @@ class ChatApp:
             # The agent's tasks live in their own group: a client going away ends only
             # the response; POST …/stop cancels only the agent. The turn is forgotten
             # when they end.
-            agents: TaskGroup = await outer.start(_host_agents, started, forget)
+            agents: TaskGroup = await outer.start(_host_agents, started, forget, self._streams)
             turn.scope = agents.cancel_scope
             try:
                 turn_request = TurnRequest(
@@ -615,14 +615,20 @@ async def _write(send: serving.Send, chunks: list[bytes]) -> None:
 async def _host_agents(
     started: anyio.Event,
     done: Callable[[], None],
+    streams: serving.OpenStreams,
     *,
     task_status: anyio.abc.TaskStatus[TaskGroup],
 ) -> None:
     """Hold a task group for a turn's agent: open until ``start_turn`` returned, then
-    until the agent's tasks end; ``done()`` after."""
+    until the agent's tasks end; ``done()`` after. The server exiting (or the app's
+    ``shutdown()``) cancels them: a turn never holds a server open."""
     try:
-        async with anyio.create_task_group() as agents:
-            task_status.started(agents)
-            await started.wait()
+        with anyio.CancelScope() as scope, streams.serving(scope):
+            async with anyio.create_task_group() as watching:
+                watching.start_soon(serving.watch_server_exit, scope)
+                async with anyio.create_task_group() as agents:
+                    task_status.started(agents)
+                    await started.wait()
+                watching.cancel_scope.cancel()  # the agent is done: stop watching
     finally:
         done()
