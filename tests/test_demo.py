@@ -318,6 +318,19 @@ def test_the_page_reads_like_a_conversation() -> None:
                 f"[...document.querySelectorAll('{second} .card .tool')].map(e => e.textContent)"
             )
             assert tools == TURN_TOOLS
+            # The agent's text sits where it was said: before the first card, between
+            # the steps, after the last card.
+            order = page.evaluate(
+                f"[...document.querySelector('{second} .turn-body').children].map(e => "
+                "e.classList.contains('said') ? 'said: ' + e.querySelector('.said-text')"
+                ".textContent : e.querySelector('.tool')?.textContent ?? 'batch')"
+            )
+            assert order[:2] == ["said: Let me look that up.", "web_search"]
+            assert order[-1] == "said: Done: the research notes are above."
+            assert sum(1 for item in order if item.startswith("said: ")) == 5
+            assert page.evaluate(
+                f"document.querySelector('{second} .said .thinking:not([hidden]) span').textContent"
+            ).startswith("The first results are the official docs")
             batch = f"{second} .batch"
             in_batch = page.evaluate(
                 f"[...document.querySelectorAll('{batch} .card .tool')].map(e => e.textContent)"

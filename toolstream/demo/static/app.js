@@ -6,18 +6,22 @@ const SESSION = new URLSearchParams(location.search).get("session") || "demo";
 const TYPES = ["stream.reset", "run.started", "run.finished", "tool.created", "tool.args.delta",
   "tool.ready", "tool.queued", "tool.started", "tool.progress", "tool.output.delta",
   "tool.output.partial", "tool.completed", "tool.failed", "tool.cancelled", "batch.phase",
-  "tool.approval.requested", "tool.approval.resolved", "tool.denied"];
+  "tool.approval.requested", "tool.approval.resolved", "tool.denied",
+  "message.started", "message.delta", "message.finished"];
 const ORDER = {created: 0, ready: 1, awaiting_approval: 1.5, queued: 2, running: 3,
   completed: 4, failed: 4, cancelled: 4, denied: 4, lost: 4};
 const TERMINAL = new Set(["completed", "failed", "cancelled", "denied", "lost"]);
 const MAX_FINISHED = 300;    // finished calls kept (every open one is kept)
 const MAX_OUTPUT = 4000;     // characters of streamed output kept per call (whole lines)
+const MAX_SAID = 4000;       // characters of the agent's text kept per message (the newest)
 const OUTSIDE = "";          // the group of calls made outside any turn
 
-const state = {calls: new Map(), runs: new Map(), batches: new Map(), lastId: null};
+const state = {calls: new Map(), runs: new Map(), batches: new Map(), messages: new Map(), lastId: null};
 const dirty = new Set();         // call ids to redraw
 const dirtyRuns = new Set();     // turn headers to redraw
 const dirtyBatches = new Set();  // batch headers to redraw
+const dirtyMessages = new Set(); // the agent's messages to redraw
+const born = [];                 // calls and messages first seen, in the order they came
 let transport = null;
 
 // -- the reducer (what toolstream.LiveView does) -------------------------------------------
@@ -39,10 +43,22 @@ function call(e) {
          output: "", note: "", started: null, ended: null, duration: null, created: e.ts,
          approval: null, decision: "", sending: false, problem: ""};
     state.calls.set(e.call_id, c);
+    born.push(["call", e.call_id]);
     turn(c.run_id);
   }
   if (e.batch_id && !c.batch_id) c.batch_id = e.batch_id;
   return c;
+}
+function message(e) {   // the agent's text in a turn (message.* events)
+  let m = state.messages.get(e.message_id);
+  if (!m) {
+    m = {message_id: e.message_id, run_id: e.run_id || OUTSIDE, text: "", reasoning: "", finished: false};
+    state.messages.set(e.message_id, m);
+    born.push(["message", e.message_id]);
+    turn(m.run_id);
+  }
+  dirtyMessages.add(m.message_id);
+  return m;
 }
 function advance(c, s, ts) {
   if (ORDER[c.state] > ORDER[s] || (ORDER[c.state] === ORDER[s] && c.state !== "created")) return;
@@ -70,6 +86,12 @@ function apply(e) {
     case "run.started": { const r = turn(e.run_id); r.title = e.title || e.run_id; r.state = "running"; r.started = e.ts; return; }
     case "run.finished": { const r = turn(e.run_id); r.state = e.outcome; r.ended = e.ts; return; }
     case "batch.phase": state.batches.set(e.batch_id, e); dirtyBatches.add(e.batch_id); return;
+    case "message.started": message(e); return;
+    case "message.delta": { const m = message(e);
+      if (e.kind === "reasoning") m.reasoning = (m.reasoning + e.text).slice(-MAX_SAID);
+      else m.text = (m.text + e.text).slice(-MAX_SAID);
+      return; }
+    case "message.finished": message(e).finished = true; return;
   }
   if (!e.call_id) return;
   const c = call(e);
@@ -133,6 +155,11 @@ function reset(e) {
     dirty.add(s.call_id); dirtyRuns.add(c.run_id);
   }
   for (const b of e.snapshot.batches) { state.batches.set(b.batch_id, b); dirtyBatches.add(b.batch_id); }
+  for (const s of e.snapshot.messages || []) {
+    const m = message({message_id: s.message_id, run_id: s.run_id});
+    Object.assign(m, {text: (s.text || "").slice(-MAX_SAID), reasoning: (s.reasoning || "").slice(-MAX_SAID),
+      finished: !!s.finished});
+  }
   trim();
 }
 function trim() {   // the newest MAX_FINISHED finished calls, and the turns that still hold one
@@ -142,6 +169,12 @@ function trim() {   // the newest MAX_FINISHED finished calls, and the turns tha
     els.calls.get(c.call_id)?.remove(); els.calls.delete(c.call_id);
   }
   const used = new Set([...state.calls.values()].map((c) => c.run_id));
+  for (const m of [...state.messages.values()]) {   // a turn's text goes with its calls
+    if (!used.has(m.run_id) && !(state.runs.get(m.run_id)?.state === "running")) {
+      state.messages.delete(m.message_id); els.messages.get(m.message_id)?.remove(); els.messages.delete(m.message_id);
+    }
+  }
+  for (const m of state.messages.values()) used.add(m.run_id);
   const newest = [...state.runs.keys()].pop();
   for (const r of [...state.runs.values()]) {
     if (!used.has(r.run_id) && r.state !== "running" && r.run_id !== newest) {
@@ -155,7 +188,7 @@ function trim() {   // the newest MAX_FINISHED finished calls, and the turns tha
 }
 
 // -- rendering: only what changed, once per frame -------------------------------------------
-const els = {turns: new Map(), batches: new Map(), calls: new Map()};
+const els = {turns: new Map(), batches: new Map(), calls: new Map(), messages: new Map()};
 const turnsEl = document.getElementById("turns");
 function fmt(s) { return s == null ? "" : s < 1 ? `${Math.round(s * 1000)} ms` : s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`; }
 function el(tag, cls, html) { const e = document.createElement(tag); e.className = cls; if (html) e.innerHTML = html; return e; }
@@ -237,6 +270,21 @@ function card(c) {
   if (out.textContent !== shown) { out.textContent = shown; out.scrollTop = out.scrollHeight; }
   e.querySelector(".time").textContent = elapsed(c);
 }
+function said(m) {   // the agent's text, where it was said among the calls
+  let e = els.messages.get(m.message_id);
+  if (!e) {
+    e = el("div", "said", '<details class="thinking" hidden><summary>reasoning</summary><span></span></details><div class="said-text"></div>');
+    e.dataset.message = m.message_id;
+    turnEl(m.run_id).querySelector(".turn-body").append(e);
+    els.messages.set(m.message_id, e);
+  }
+  e.hidden = !m.text && !m.reasoning;
+  e.dataset.finished = m.finished ? "true" : "false";
+  const thinking = e.querySelector(".thinking");
+  thinking.hidden = !m.reasoning;
+  thinking.querySelector("span").textContent = m.reasoning;
+  e.querySelector(".said-text").textContent = m.text;
+}
 function expiresIn(c) {
   if (!c.approval || c.approval.expires_at == null) return "";
   const left = Math.max(0, Math.round(c.approval.expires_at - Date.now() / 1000));
@@ -286,10 +334,16 @@ function layout() {   // the newest turn open; earlier ones collapsed, unless th
 let lastTick = 0;
 function render(now) {
   if (dirty.size && state.calls.size > MAX_FINISHED) trim();   // at most once per frame, when something changed
+  for (const [kind, id] of born.splice(0)) {   // placed in the order they came
+    if (kind === "call") { const c = state.calls.get(id); if (c) card(c); }
+    else { const m = state.messages.get(id); if (m) said(m); }
+  }
   for (const id of dirty) { const c = state.calls.get(id); if (c) card(c); }
   dirty.clear();
   for (const id of dirtyRuns) { const r = state.runs.get(id); if (r) turnHead(r); }
   for (const id of dirtyBatches) batchHead(id);
+  for (const id of dirtyMessages) { const m = state.messages.get(id); if (m) said(m); }
+  dirtyMessages.clear();
   if (dirtyRuns.size) layout();
   dirtyRuns.clear(); dirtyBatches.clear();
   if (now - lastTick > 200) {   // keep running clocks moving
