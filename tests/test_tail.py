@@ -133,6 +133,21 @@ def test_tail_fits_the_terminal_and_keeps_live_calls_in_view(
         assert term.stop() == 0
 
 
+def test_tail_shows_the_agents_newest_words(bus: ts.EventBus, server: Served) -> None:
+    tracker = ts.Tracker(bus, "s")
+    run = tracker.run("r1").start()
+    message = tracker.message()
+    message.delta("First I search.\nThen I read the report carefully.\n")
+    tracker.create("web_search", call_id="c1").start({"q": "report"})
+    term = Terminal([*TAIL, f"{server.url}/?session=s"])
+    try:
+        term.wait_for(lambda text: any("agent: Then I read the report" in line for line in text))
+        message.finish()
+        run.finish()
+    finally:
+        assert term.stop() == 0
+
+
 def test_tail_shows_that_it_is_reconnecting_and_why() -> None:
     term = Terminal([*TAIL, f"http://127.0.0.1:{free_port()}/events"])
     try:

@@ -128,8 +128,8 @@ def render_view(
     width: int | None = None,
     height: int | None = None,
 ) -> RenderableType:
-    """The view's newest run and batch, and as many calls as ``height`` lines hold
-    (all of them without a height)."""
+    """The view's newest run, the agent's newest words and the newest batch, and as many
+    calls as ``height`` lines hold (all of them without a height)."""
     now = time.time()
     lines: list[RenderableType] = []
     # The connection status first: a long title (a URL) must not push it off the line.
@@ -147,6 +147,10 @@ def render_view(
                 overflow="ellipsis",
             )
         )
+    said = [m for m in view.messages.values() if m.text.strip()]
+    if said:  # the agent's newest words, on one line
+        newest = said[-1].text.strip().splitlines()[-1]
+        lines.append(Text(f"agent: {newest}", style="italic", no_wrap=True, overflow="ellipsis"))
     for batch in list(view.batches.values())[-1:]:
         counts = ", ".join(f"{n} {state}" for state, n in sorted(batch.counts.items()))
         lines.append(
