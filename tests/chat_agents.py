@@ -15,8 +15,8 @@ STORY = [f"word{i} " for i in range(30)]
 
 
 async def run_script(bus: ts.Bus, session: str, run_id: str, text: str, pace: float = 0.05) -> None:
-    """One turn: a long answer around a plain call ("story"), or an email that needs a
-    person's approval (anything else)."""
+    """One turn: a long answer around a plain call ("story"), a running call that asks a
+    person ("deploy"), or an email that needs a person's approval (anything else)."""
     async with ts.Tracker(bus, session) as tracker, tracker.run(run_id):
         if "story" in text:
             with tracker.message() as message:
@@ -28,6 +28,12 @@ async def run_script(bus: ts.Bus, session: str, run_id: str, text: str, pace: fl
                 call.complete({"ok": 1})
             with tracker.message() as message:
                 message.delta("The end.")
+            return
+        if "deploy" in text:  # an approval asked from inside the running tool
+            async with tracker.call("deploy", {"env": "prod"}) as call:
+                call.progress(0.5, message="built")
+                decision = await call.request_approval("Push to prod?")
+                call.complete({"pushed": decision.approved})
             return
         with tracker.message() as message:
             message.reasoning("They want an email sent. ")

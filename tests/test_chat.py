@@ -174,6 +174,30 @@ async def test_a_continuation_applies_the_decision_and_starts_no_turn(
     assert other.json()["code"] == "already_resolved"
 
 
+async def test_an_approval_asked_from_inside_a_running_call_pauses_and_continues(
+    client: httpx.AsyncClient, turns: Turns
+) -> None:
+    first = user("deploy it", chat="c7")
+    streamed = chunks((await client.post(API, json=first)).text)
+    assert kinds(streamed)[-4:] == ["tool-approval-request", "finish-step", "finish", "[DONE]"]
+    assert "data-tool-progress" in kinds(streamed)  # the call runs while it asks
+    asked = next(
+        c for c in streamed if isinstance(c, dict) and c["type"] == "tool-approval-request"
+    )
+    reply = approval_reply(first, streamed, True, chat="c7")
+    reply["messages"][-1]["parts"][0]["type"] = "tool-deploy"
+    more = chunks((await client.post(API, json=reply)).text)
+    assert len(turns.started) == 1
+    assert [c for c in more if isinstance(c, dict) and c["type"] == "tool-output-available"] == [
+        {
+            "type": "tool-output-available",
+            "toolCallId": asked["toolCallId"],
+            "output": {"pushed": True},
+        }
+    ]
+    assert kinds(more)[-1] == "[DONE]"
+
+
 async def test_a_get_replays_the_active_run_from_its_start_or_answers_204(
     client: httpx.AsyncClient,
 ) -> None:
