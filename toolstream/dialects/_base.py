@@ -157,6 +157,12 @@ class Encoder:
         n = len(messages)
         if n == 0:
             return []
+        if n == 1 and not reset:  # the common case: one message, the event's own id
+            message = messages[0]
+            _check_line(event_id, "frame id")
+            if message.event is not None or message.raw is not None:
+                _check_message(message)
+            return [EncodedFrame(event_id, message)]
         marker = "r" if reset else ""
         frames = [
             EncodedFrame(event_id if k == n - 1 else f"{event_id}/{marker}{k}", m)
@@ -224,3 +230,12 @@ def _check_message(message: WireMessage) -> bool:
 def drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
     """A payload with ``None`` values dropped (wire formats that forbid nulls)."""
     return {k: v for k, v in data.items() if v is not None}
+
+
+def typed(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"type": kind, **fields}`` without the ``None`` values, in one pass."""
+    payload: dict[str, Any] = {"type": kind}
+    for key, value in fields.items():
+        if value is not None:
+            payload[key] = value
+    return payload

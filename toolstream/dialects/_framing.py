@@ -37,6 +37,10 @@ from ._base import BaseDialect, WireMessage
 __all__ = ["CallMemory", "MessageMemory", "RunFramedDialect", "RunFraming"]
 
 _MAX_FINISHED = 10_000
+#: The events the run framing itself handles (the rest are a call's or a message's).
+_FRAMING_EVENTS: frozenset[type[Event]] = frozenset(
+    {RunStarted, RunFinished, StreamReset, BatchPhase}
+)
 
 
 @attrs.define
@@ -288,7 +292,13 @@ class RunFramedDialect(BaseDialect):
     def encode(self, event: Event) -> list[WireMessage]:
         """The dialect's messages for one lifecycle event."""
         frame = self._frame
-        frame.saw(event)
+        if event.session:
+            frame.thread = event.session  # frame.saw(event), inline: every event passes
+        kind = type(event)
+        if kind not in _FRAMING_EVENTS:  # a call's or a message's event: the bulk
+            if kind in MESSAGE_EVENTS:
+                return self._message_event(event)
+            return self._call_or_decision(event)
         if isinstance(event, RunStarted):
             if frame.is_nested_start(event):
                 return []
@@ -305,8 +315,11 @@ class RunFramedDialect(BaseDialect):
         if isinstance(event, BatchPhase):
             # Outside a run it has nothing to ride on (its calls already ended).
             return self._batch_phase(event) if frame.run is not None else []
-        if type(event) in MESSAGE_EVENTS:
-            return self._message_event(event)
+        return self._call_or_decision(event)  # an event class of a subclass's own
+
+    def _call_or_decision(self, event: Event) -> list[WireMessage]:
+        """An event of a call, inside a run (implicit if need be)."""
+        frame = self._frame
         if not event.call_id or frame.finished(event.call_id):
             return []
         if frame.run is None and isinstance(event, ApprovalResolved):

@@ -34,7 +34,7 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import WireMessage, drop_none
+from ._base import WireMessage, drop_none, typed
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AGUI", "decisions"]
@@ -87,7 +87,7 @@ class AGUI(RunFramedDialect):
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
-        return WireMessage(payload=drop_none({"type": kind, **fields}))
+        return WireMessage(payload=typed(kind, fields))
 
     def _custom(self, name: str, value: dict[str, Any]) -> WireMessage:
         return self._msg("CUSTOM", name=f"{self.custom_prefix}.{name}", value=drop_none(value))

@@ -29,7 +29,7 @@ from toolstream import (
     ToolStarted,
 )
 
-from ._base import WireMessage, drop_none
+from ._base import WireMessage, drop_none, typed
 from ._framing import CallMemory, RunFramedDialect, error_text, input_done
 
 __all__ = ["AISDK", "decisions"]
@@ -69,7 +69,7 @@ class AISDK(RunFramedDialect):
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
-        return WireMessage(payload=drop_none({"type": kind, **fields}))
+        return WireMessage(payload=typed(kind, fields))
 
     def _data(self, name: str, call_id: str, data: dict[str, Any]) -> WireMessage:
         return self._msg(f"data-{name}", id=call_id, data=drop_none(data), transient=True)
