@@ -164,6 +164,16 @@ def test_streamed_redaction_equals_whole_redaction_for_every_split(
     assert streamed(text, cuts) == POLICY.redact_text(text)
 
 
+@pytest.mark.parametrize("text", ["://;:a@://", "x://u:p;w@h f://g", "a://b:c;d@e f://g:h;i@j"])
+def test_credentials_of_an_earlier_url_are_held_across_a_later_scheme(text: str) -> None:
+    """Found by the property above: the cut after ";" fell inside the first URL's
+    credentials while only the last "://" was looked at."""
+    whole = POLICY.redact_text(text)
+    assert "[redacted]" in whole
+    for k in range(len(text) + 1):
+        assert streamed(text, [k]) == whole, k
+
+
 # -- the end-to-end property: planted secrets never reach the wire ------------------------
 
 _SECRET_KEYS = ["password", "api_key", "X-Api-Key", "refreshToken", "client_secret", "api key"]

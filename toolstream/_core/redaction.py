@@ -357,8 +357,10 @@ def _safe_cut(text: str) -> int:
     cut = _token_start(text, len(text))
     if cut == 0:
         return 0
-    scheme = text.rfind("://")
-    if 0 <= scheme < cut:
+    # The last scheme before the cut (one after it is in the held token anyway): an
+    # earlier URL's credentials may span the cut while a later "://" does not.
+    scheme = text.rfind("://", 0, cut)
+    if scheme >= 0:
         if _OPEN_URL_CREDENTIALS.match(text, scheme):
             cut = _token_start(text, scheme + 1)
         else:
