@@ -14,7 +14,6 @@ demo's simulated agent.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,14 +59,9 @@ class RedisTurns:
 
 def spawn(*args: str) -> subprocess.Popen[str]:
     """``python -m tests.chat_procs *args``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.chat_procs", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    from tests.servers import spawn_module
+
+    return spawn_module("tests.chat_procs", *args)
 
 
 def wait_until_up(url: str, procs: list[subprocess.Popen[str]], within: float = 30.0) -> None:

@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import uvicorn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn_module(module: str, *args: str) -> subprocess.Popen[str]:
+    """``python -m <module> <args>`` from the repository root (for the tests' helper
+    processes: workers, gateways)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 class Served:

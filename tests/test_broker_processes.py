@@ -6,10 +6,8 @@ the broker restarts (or loses a server) and the worker dies."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -22,7 +20,7 @@ from httpx_sse import aconnect_sse
 
 from tests.nats_server import NatsCluster, NatsServer, require_nats
 from tests.redis_server import RedisClusterServers, RedisServer, free_port, require_redis
-from tests.servers import eventually
+from tests.servers import eventually, spawn_module
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,14 +197,7 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.broker_procs", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    return spawn_module("tests.broker_procs", *args)
 
 
 class Gateway:

@@ -33,6 +33,14 @@ def chunks(text: str) -> list[Any]:
     return out
 
 
+async def post_then_leave(client: httpx.AsyncClient, body: dict[str, Any], seen: str) -> None:
+    """POST a turn and go away (a tab closing) once a line with ``seen`` arrived."""
+    async with client.stream("POST", API, json=body) as response:
+        async for line in response.aiter_lines():
+            if seen in line:
+                return
+
+
 def kinds(items: list[Any]) -> list[str]:
     return [c["type"] if isinstance(c, dict) else c for c in items]
 
@@ -214,10 +222,7 @@ async def test_a_get_replays_the_active_run_from_its_start_or_answers_204(
 async def test_the_client_going_away_does_not_cancel_the_turn(
     client: httpx.AsyncClient, bus: ts.EventBus
 ) -> None:
-    async with client.stream("POST", API, json=user("a long story", chat="c2")) as response:
-        async for line in response.aiter_lines():
-            if "text-delta" in line:
-                break  # the browser tab closes mid-answer
+    await post_then_leave(client, user("a long story", chat="c2"), "text-delta")
     await eventually(lambda: bool(bus.snapshot("c2").runs), within=5)
     await eventually(lambda: bus.snapshot("c2").runs[0].state != "running", within=10)
     (run,) = bus.snapshot("c2").runs
@@ -231,10 +236,7 @@ async def test_the_client_going_away_does_not_cancel_the_turn(
 async def test_a_resume_mid_turn_gets_the_whole_message_so_far_then_the_rest(
     client: httpx.AsyncClient, bus: ts.EventBus
 ) -> None:
-    async with client.stream("POST", API, json=user("a long story", chat="c3")) as response:
-        async for line in response.aiter_lines():
-            if "word3" in line:
-                break
+    await post_then_leave(client, user("a long story", chat="c3"), "word3")
     replay = chunks((await client.get(f"{API}/c3/stream")).text)
     assert kinds(replay)[:2] == ["start", "start-step"]
     said = "".join(c["delta"] for c in replay if isinstance(c, dict) and c["type"] == "text-delta")

@@ -7,7 +7,7 @@ is held back until it cannot), chunking, and the tracker's ``coalesce``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
@@ -115,7 +115,7 @@ class MessageHandle:
                 text = safe_text(text)  # a lone surrogate cannot go on the wire
             if self._kind is not None and self._kind != kind:
                 # The other kind ends here: what it holds goes out first (order kept).
-                self._flush(final_kind=self._kind)
+                self._flush(ends=(self._kind,))
             self._kind = kind
             redactor = self._redactors.get(kind)
             if redactor is None:
@@ -130,27 +130,22 @@ class MessageHandle:
                 self._publish_text(kind, safe)
 
     def _finish_locked(self) -> None:
-        self._flush(final_kind="*")
+        self._flush(ends=("reasoning", "text"))
         self.finished = True
-        t = self._tracker
-        t._messages.pop(self.message_id, None)
+        self._tracker._messages.pop(self.message_id, None)
         self._emit(MessageFinished)
 
-    def _flush(self, *, final_kind: str | None = None) -> None:
-        """Publish what coalescing holds, and what the redactor of ``final_kind`` (every
-        kind: ``"*"``) still holds back (the tracker's lock is held)."""
+    def _flush(self, *, ends: tuple[MessageKind, ...] = ()) -> None:
+        """Publish what coalescing holds, and what the redactors of the kinds whose text
+        ``ends`` still hold back (the tracker's lock is held)."""
         coalescer = self._tracker._coalescer
         held = coalescer.release(self) if coalescer is not None else None
         pieces: list[tuple[MessageKind, str]] = list(held.message) if held is not None else []
-        if final_kind is not None:
-            kinds: tuple[MessageKind, ...] = (
-                ("reasoning", "text") if final_kind == "*" else (final_kind,)  # type: ignore[assignment]
-            )
-            for kind in kinds:
-                redactor = self._redactors.get(kind)
-                rest = redactor.flush() if redactor is not None else ""
-                if rest:
-                    pieces.append((kind, rest))
+        for kind in ends:
+            redactor = self._redactors.get(kind)
+            rest = redactor.flush() if redactor is not None else ""
+            if rest:
+                pieces.append((kind, rest))
         # Adjacent pieces of one kind go out as one text.
         merged: list[tuple[MessageKind, str]] = []
         for kind, text in pieces:
@@ -162,18 +157,17 @@ class MessageHandle:
             self._publish_text(kind, text)
 
     def _publish_text(self, kind: MessageKind, text: str) -> None:
+        for piece in self._tracker.payload.chunks(text):
+            self._emit(MessageDelta, piece, kind)
+
+    def _emit(self, cls: type[Event], *values: Any) -> None:
+        """Publish ``message.started`` (``values``: the role) or ``message.finished``."""
         t = self._tracker
-        for piece in t.payload.chunks(text):
-            values = (t.session, self.run_id, "", "", None, self.message_id, piece, kind)
-            t._emit_values(MessageDelta, values)
-
-    def _emit(self, cls: type[Event], **fields: Any) -> None:
-        fields["message_id"] = self.message_id
-        self._tracker._emit_message(cls, self.run_id, fields)
+        envelope = (t.session, self.run_id, "", "", None, self.message_id)
+        t._emit_values(cls, envelope + values)
 
 
-def check_role(role: object) -> Literal[True]:
+def check_role(role: object) -> None:
     """A message's role is a non-empty string (``"assistant"``...)."""
     if not isinstance(role, str) or not role or not role.isascii():
         raise ValueError(f"role must be a non-empty ASCII string, got {role!r:.80}")
-    return True

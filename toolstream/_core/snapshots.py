@@ -151,7 +151,7 @@ def _bound_messages(snapshot: Snapshot, field_limit: int, budget: int) -> Snapsh
         for i, message in enumerate(messages):  # oldest first
             if total <= budget:
                 break
-            if message.run_id not in running or message.run_id is None:
+            if message.run_id not in running:
                 keep[i] = False
                 total -= sizes[i]
         messages = [m for m, kept in zip(messages, keep, strict=True) if kept]

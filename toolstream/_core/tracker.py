@@ -41,6 +41,7 @@ from .events import (
     Event,
     JSONValue,
     MessageDelta,
+    MessageFinished,
     MessageStarted,
     RunFinished,
     StreamReset,
@@ -72,17 +73,21 @@ R = TypeVar("R")
 # The hot paths pass these events' values by position (see ``CallHandle.progress``).
 _PROGRESS = plan_of(ToolProgress)
 _OUTPUT = plan_of(ToolOutputDelta)
-_TEXT = plan_of(MessageDelta)
+_MESSAGE_FIELDS = {
+    MessageStarted: (*ENVELOPE, "message_id", "role"),
+    MessageDelta: (*ENVELOPE, "message_id", "text", "kind"),
+    MessageFinished: (*ENVELOPE, "message_id"),
+}
 if (
     _PROGRESS.fields != (*ENVELOPE, "fraction", "current", "total", "message", "data")
     or _OUTPUT.fields != (*ENVELOPE, "text")
-    or _TEXT.fields != (*ENVELOPE, "message_id", "text", "kind")
+    or any(plan_of(cls).fields != fields for cls, fields in _MESSAGE_FIELDS.items())
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
 _TUPLE_BUILDERS = {
     ToolProgress: _PROGRESS.build_tuple,
     ToolOutputDelta: _OUTPUT.build_tuple,
-    MessageDelta: _TEXT.build_tuple,
+    **{cls: plan_of(cls).build_tuple for cls in _MESSAGE_FIELDS},
 }
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
@@ -233,7 +238,7 @@ class Tracker:
             self._messages[key] = handle
             if self._coalescer is not None:
                 self._coalescer.flush()  # what calls hold goes out before the message
-            handle._emit(MessageStarted, role=role)
+            handle._emit(MessageStarted, role)
             return handle
 
     def create(
@@ -610,22 +615,6 @@ class Tracker:
             if run_id is None or handle.run_id == run_id:
                 handle._finish_locked()
 
-    def _emit_message(self, cls: type[Event], run_id: str | None, fields: dict[str, Any]) -> None:
-        """Publish one event of a message (lock held)."""
-        fields["session"] = self.session
-        fields["run_id"] = run_id
-        fields["call_id"] = ""
-        fields["tool"] = ""
-        fields["parent_call_id"] = None
-        fast = self._fast
-        try:
-            if fast is not None:
-                fast(_BUILDERS[cls], self.session, fields)
-            else:
-                self.bus.publish(cls, **fields)
-        except BusClosed:
-            self._bus_gone()
-
     def _emit(self, cls: type[Event], handle: CallHandle, fields: dict[str, Any]) -> Event | None:
         """Publish one event of ``handle`` (lock held); returns it (None: bus closed)."""
         fields["session"] = self.session
@@ -643,8 +632,8 @@ class Tracker:
             return None
 
     def _emit_values(self, cls: type[Event], values: tuple[Any, ...]) -> None:
-        """Publish a progress, output-text or message-text event given as its values in
-        field order (the hot paths; lock held)."""
+        """Publish a progress, output-text or message event given as its values in field
+        order (the hot paths; lock held)."""
         fast = self._fast
         try:
             if fast is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .events import (
+    MESSAGE_EVENTS,
     ApprovalRequested,
     ApprovalResolved,
     BatchPhase,
@@ -191,14 +192,11 @@ class _Message:
         return rec
 
     def copy(self) -> _Message:
-        rec = _Message(self.message_id, self.run_id, self.first_event_id)
-        rec.role = self.role
+        rec = _Message.__new__(_Message)
+        for name in _Message.__slots__:
+            setattr(rec, name, getattr(self, name))
         rec.text = list(self.text)
-        rec.held = self.held
         rec.reasoning = list(self.reasoning)
-        rec.finished = self.finished
-        rec.last_event_id = self.last_event_id
-        rec.snap = self.snap
         return rec
 
     def snapshot(self, max_text: int) -> MessageSnapshot:
@@ -391,8 +389,8 @@ class LiveView:
                 self._batches.popitem(last=False)
             return True
         if not event.call_id:
-            if isinstance(event, (MessageStarted, MessageDelta, MessageFinished)):
-                return self._apply_message(event)
+            if type(event) in MESSAGE_EVENTS:
+                return self._apply_message(event)  # type: ignore[arg-type]
             return False
         return self._apply_call(event)
 

@@ -26,13 +26,14 @@ from toolstream import (
     Event,
     Principal,
     RequestInfo,
+    RunSnapshot,
     SlowConsumer,
     Snapshot,
     StreamReset,
     Subscription,
 )
 from toolstream import _serving as serving
-from toolstream.dialects import EncodedFrame, Encoder, WireMessage
+from toolstream.dialects import Encoder, WireMessage
 from toolstream.dialects._framing import RunFramedDialect
 from toolstream.dialects.agui import AGUI
 from toolstream.dialects.ai_sdk import AISDK
@@ -107,7 +108,8 @@ CancelTurn = Callable[[str, str], Awaitable[bool]]
 
 @attrs.define
 class _Turn:
-    session: str
+    """A turn running in this process: its agent's cancel scope once it has one."""
+
     scope: anyio.CancelScope | None = None
 
     def cancel(self) -> None:
@@ -269,46 +271,44 @@ class ChatApp:
         if key in self._turns:
             await serving.respond(send, 409, f"run {run_id!r} is already running", code="conflict")
             return
-        sub = await serving.prepared(
-            self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
-        )
-        started = anyio.Event()
-        turn = _Turn(chat.session)
-        self._turns[key] = turn
+        turn = self._turns[key] = _Turn()  # claimed before any await: one POST per run
 
         def forget() -> None:
             if self._turns.get(key) is turn:
                 del self._turns[key]
 
+        try:
+            sub = await serving.prepared(
+                self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
+            )
+        except BaseException:
+            forget()
+            raise
+        started = anyio.Event()
         async with anyio.create_task_group() as outer:
             # The agent's tasks live in their own group: a client going away ends only
             # the response; POST …/stop cancels only the agent. The turn is forgotten
             # when they end.
             agents: TaskGroup = await outer.start(_host_agents, started, forget, self._streams)
             turn.scope = agents.cancel_scope
+            turn_request = TurnRequest(
+                session=chat.session,
+                run_id=run_id,
+                messages=chat.messages,
+                body=chat.body,
+                principal=None if principal is True else principal,
+                task_group=agents,
+            )
             try:
-                turn_request = TurnRequest(
-                    session=chat.session,
-                    run_id=run_id,
-                    messages=chat.messages,
-                    body=chat.body,
-                    principal=None if principal is True else principal,
-                    task_group=agents,
-                )
-                try:
-                    await self.start_turn(turn_request)
-                except Exception as exc:
-                    logger.exception("start_turn failed for chat %r", chat.session)
-                    await sub.aclose()
-                    await serving.respond(
-                        send, 500, f"the turn could not start: {exc}", code="error"
-                    )
-                    return
-                finally:
-                    started.set()
-                await self._stream(sub, self._dialect(), receive, send, started=False)
+                await self.start_turn(turn_request)
+            except Exception as exc:
+                logger.exception("start_turn failed for chat %r", chat.session)
+                await sub.aclose()
+                await serving.respond(send, 500, f"the turn could not start: {exc}", code="error")
+                return
             finally:
-                started.set()
+                started.set()  # the agent's group now ends with its tasks
+            await self._stream(sub, self._dialect(), receive, send, started=False)
 
     async def _continue(
         self,
@@ -368,7 +368,7 @@ class ChatApp:
         them; else the run the client's message is (AI SDK: its id is the run's); else
         the chat's newest open run."""
         snapshot = await self._snapshot(chat.session)
-        open_runs = {r.run_id: r for r in snapshot.open_runs}
+        open_runs = {r.run_id for r in snapshot.open_runs}
         wanted = {d.approval_id for d in chat.decisions}
         for call in snapshot.calls:
             pending = call.approval
@@ -378,9 +378,8 @@ class ChatApp:
         message_id = last.get("id") if isinstance(last, dict) else None
         if isinstance(message_id, str) and message_id in open_runs:
             return message_id
-        if open_runs:
-            return max(open_runs.values(), key=lambda r: r.started_ts or 0.0).run_id
-        return None
+        newest = _newest(snapshot)
+        return None if newest is None else newest.run_id
 
     async def _apply(self, chat: ChatBody, principal: Principal | bool) -> serving.Decided | None:
         """Apply the decisions; the first refusal (as the decision endpoints answer it),
@@ -412,12 +411,11 @@ class ChatApp:
             return
         session, _ = admitted
         try:
-            open_runs = (await self._snapshot(session)).open_runs
-            if not open_runs:
+            run = _newest(await self._snapshot(session))
+            if run is None:
                 await send({"type": "http.response.start", "status": 204, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
                 return
-            run = max(open_runs, key=lambda r: r.started_ts or 0.0)
             if run.first_event_id is not None:
                 sub = self.bus.resume(
                     session=session,
@@ -554,7 +552,7 @@ class ChatApp:
                 if batch is None:
                     if deadline is not None and time.monotonic() >= deadline:
                         text = "the agent did not start its run in time"
-                        await _write(send, _frames(encoder, _error(dialect, text, "NoStart")))
+                        await _write(send, _frames(encoder, dialect.fail(text, "NoStart")))
                         return
                     await _write(send, [_PING])
                     continue
@@ -575,12 +573,17 @@ class ChatApp:
             return
         except (BusUnavailable, BusClosed) as exc:
             text = f"the event bus is unavailable: {exc}"
-            await _write(send, _frames(encoder, _error(dialect, text, "Unavailable")))
+            await _write(send, _frames(encoder, dialect.fail(text, "Unavailable")))
             return
         except DialectError:
             logger.exception("a dialect could not encode an event; ending the response")
             return
-        await _write(send, _frames(encoder, encoder.dialect.close()))
+        await _write(send, _frames(encoder, dialect.close()))
+
+
+def _newest(snapshot: Snapshot) -> RunSnapshot | None:
+    """The chat's newest open run (the active turn), if any."""
+    return max(snapshot.open_runs, key=lambda r: r.started_ts or 0.0, default=None)
 
 
 def _track(waiting: set[str], event: Event) -> None:
@@ -594,18 +597,9 @@ def _track(waiting: set[str], event: Event) -> None:
         waiting.update(c.approval.approval_id for c in event.snapshot.calls if c.approval)
 
 
-def _error(dialect: RunFramedDialect, text: str, code: str) -> list[WireMessage]:
-    """An error that ends the response, as each protocol says one."""
-    if isinstance(dialect, AGUI):
-        return [WireMessage(payload={"type": "RUN_ERROR", "message": text, "code": code})]
-    return [
-        WireMessage(payload={"type": "error", "errorText": text}),
-        WireMessage(raw="[DONE]"),
-    ]
-
-
 def _frames(encoder: Encoder, messages: list[WireMessage]) -> list[bytes]:
-    return [encode_frame(EncodedFrame(encoder.last_id or "", m)) for m in messages]
+    """Messages that end the response, as SSE bytes."""
+    return [encode_frame(f) for f in encoder.trailing(messages)]
 
 
 async def _write(send: serving.Send, chunks: list[bytes]) -> None:

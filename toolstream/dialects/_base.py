@@ -214,9 +214,12 @@ class Encoder:
 
     def close(self) -> list[EncodedFrame]:
         """The dialect's epilogue (frames carry the last id: nothing to resume into)."""
-        return [
-            EncodedFrame(self.last_id or "", m) for m in self.dialect.close() if _check_message(m)
-        ]
+        return self.trailing(self.dialect.close())
+
+    def trailing(self, messages: list[WireMessage]) -> list[EncodedFrame]:
+        """Frames for messages that end a stream (an epilogue, a pause, an error): they
+        carry the last id, so a client resumes after them as after the last event."""
+        return [EncodedFrame(self.last_id or "", m) for m in messages if _check_message(m)]
 
 
 def _check_message(message: WireMessage) -> bool:

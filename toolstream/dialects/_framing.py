@@ -273,6 +273,11 @@ class RunFramedDialect(BaseDialect):
                 out += self._part(kind, "end", message.message_id)
         return out
 
+    def fail(self, text: str, code: str) -> list[WireMessage]:  # pragma: no cover
+        """The messages that end a response with an error of the transport's own (the
+        run never started, the bus went away), as the protocol says an error."""
+        raise NotImplementedError
+
     def pause(self) -> list[WireMessage]:  # pragma: no cover
         """The messages that end a response where the run waits for a person, leaving
         the calls that wait open; the dialect continues the run with what follows."""

@@ -450,6 +450,10 @@ class AGUI(RunFramedDialect):
             call.approval_expires = pending.expires_at
         return out
 
+    def fail(self, text: str, code: str) -> list[WireMessage]:
+        """``RUN_ERROR {message, code}``."""
+        return [self._msg("RUN_ERROR", message=text, code=code)]
+
     def pause(self) -> list[WireMessage]:
         """End this response where the run waits for a person: ``RUN_FINISHED`` with the
         interrupt outcome (the calls awaiting a decision stay open); what follows opens

@@ -346,6 +346,11 @@ class AISDK(RunFramedDialect):
         out.append(WireMessage(raw="[DONE]"))
         return out
 
+    def fail(self, text: str, code: str) -> list[WireMessage]:
+        """An ``error`` chunk (``errorText``), then ``[DONE]``."""
+        del code  # the UI message stream's error has text only
+        return [self._msg("error", errorText=text), WireMessage(raw="[DONE]")]
+
     def close(self) -> list[WireMessage]:
         """End the open calls and the open message, then ``[DONE]``."""
         if self._paused:  # the response ended at the wait already
