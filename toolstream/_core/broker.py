@@ -203,10 +203,10 @@ class FedSubscription(Subscription[E_co]):
                 log.events.extend(tail)
             self._begin(log, start, cursor=0, replay_end=replay)
 
-    async def _fill(self) -> bool:
+    async def _fill(self, hand_out: bool = False) -> Any:
         if not self._prepared:
             await self.prepare()
-        return await super()._fill()
+        return await super()._fill(hand_out)  # type: ignore[call-overload]
 
     # -- what the reader hands over ------------------------------------------------------
 
@@ -236,7 +236,7 @@ class FedSubscription(Subscription[E_co]):
         log = self._log
         assert log is not None
         with self._feeder.lock:
-            self._pending.append(reset)
+            self._pending = [*self._pending, reset]  # replaced: the empty one is shared
             wakes = log.take_waiters() + self._feeder.take_wakes()
         wake_all(wakes)
 

@@ -274,13 +274,12 @@ class EventBus:
                 self._arbiter.book.observe(event)
             wakes = log.waiters
             if wakes:
-                log.waiters = []
+                wakes = log.take_waiters()
             everything = self._all
             if everything is not None:
                 self._append(everything, event, seq, size)
                 if everything.waiters:
-                    wakes = wakes + everything.waiters
-                    everything.waiters = []
+                    wakes = wakes + everything.take_waiters()
                 if len(everything.events) > self._high:
                     self._trim_to(everything, everything.end - self.replay)
             if len(log.events) > self._high:
@@ -295,21 +294,33 @@ class EventBus:
             lock.release()
         if wakes:
             tid = _get_ident()
-            for _, waiter in wakes:
+            for waiter in wakes:
                 waiter.wake(tid)
         return event
 
     def _new_log(self, session: str) -> Log:
-        # This log feeds its view every event once, in order: no replay check.
-        view = LiveView(
+        # Its view (the session's state before the replay window) is made when events
+        # first leave the window: a short session never needs one, and with thousands
+        # of sessions every object less is less for the garbage collector to trace.
+        log = Log(session, self._forgotten_seq, None)
+        self._logs[session] = log
+        return log
+
+    def _view_of(self, log: Log) -> LiveView:
+        """A session log's view, made when events first leave its window."""
+        view = log.view
+        if view is None:
+            view = log.view = self._new_view()
+        return view
+
+    def _new_view(self) -> LiveView:
+        # Fed every event once, in order: no replay check.
+        return LiveView(
             max_finished=self._max_finished,
             max_text=FIELD_BYTES,
             compare=self.compare,
             check_replays=False,
         )
-        log = Log(session, self._forgotten_seq, view)
-        self._logs[session] = log
-        return log
 
     def _append(self, log: Log, event: Event, seq: int, size: int) -> None:
         log.events.append(event)
@@ -332,9 +343,8 @@ class EventBus:
         k = target - log.base
         if k <= 0:
             return 0
-        view = log.view
-        if view is not None:
-            view.fold(log.events[:k])
+        if log.session is not None:  # the all-sessions log has no view
+            self._view_of(log).fold(log.events[:k])
         freed = sum(log.sizes[:k])
         log.trimmed_seq = log.seqs[k - 1]
         del log.events[:k]
@@ -393,11 +403,9 @@ class EventBus:
         view = log.view
         if (
             session is not None
-            and view is not None
             and not log.subs
             and not log.seqs
-            and not view.calls
-            and not view.runs
+            and (view is None or (not view.calls and not view.runs))
             and self._logs.get(session) is log
         ):
             self._forget(session, log)
@@ -405,11 +413,12 @@ class EventBus:
     # -- reading ---------------------------------------------------------------------
 
     def _retained(self, log: Log) -> Retained:
-        assert log.view is not None
+        # Nothing left the window yet: the state before it is empty (a view made for
+        # this read only; the log gets its own when it first trims).
         return Retained(
             log.events,
             log.seqs,
-            log.view,
+            log.view if log.view is not None else self._new_view(),
             log.trimmed_seq,
             cache=log.resets,
             offset=log.base,

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .approvals import Decision, check_timeout, new_approval_id
+from .build import tuple_builder
 from .coalescer import NOTHING
-from .errors import LifecycleError
+from .errors import BusClosed, LifecycleError
 from .events import (
     ApprovalRequested,
     CallState,
@@ -46,6 +47,9 @@ UNSET: Final[Any] = object()
 
 # Internal state codes: order is the lifecycle order.
 NEW, CREATED, READY, AWAITING, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4, 5
+
+# A tracked progress event's builder (values in ToolProgress's field order).
+_PROGRESS_BUILDER = tuple_builder(ToolProgress)
 
 #: The events that may open a call, and so carry its title.
 _TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
@@ -154,7 +158,9 @@ class CallHandle:
         self._state = NEW
         self._terminal_state = CallState.COMPLETED
         self._args: Any = UNSET
-        self._args_parts: list[str] = []
+        # The shared empty tuple until the first fragment: most calls get their
+        # arguments whole, and an empty list would be one more object to trace.
+        self._args_parts: list[str] | tuple[()] = ()
         self._args_sent = False
         self._published_args: JSONValue = None
         self._args_redactor: ArgsRedactor | None = None
@@ -233,7 +239,10 @@ class CallHandle:
             if not self._report("args_delta", self._state <= CREATED):
                 return
             self._announce()
-            self._args_parts.append(text)
+            parts = self._args_parts
+            if not isinstance(parts, list):
+                parts = self._args_parts = []
+            parts.append(text)
             if self.hidden or not text:
                 return
             redactor = self._args_redactor
@@ -360,21 +369,26 @@ class CallHandle:
                 )
                 return
             # The event's values in one tuple, in ToolProgress's field order.
-            t._emit_values(
-                ToolProgress,
-                (
-                    t.session,
-                    self.run_id,
-                    self.call_id,
-                    self.tool,
-                    self.parent_call_id,
-                    fraction,
-                    current,
-                    total,
-                    message,
-                    data,
-                ),
+            values = (
+                t.session,
+                self.run_id,
+                self.call_id,
+                self.tool,
+                self.parent_call_id,
+                fraction,
+                current,
+                total,
+                message,
+                data,
             )
+            fast = t._fast
+            if fast is None:
+                t._emit_values(ToolProgress, values)
+                return
+            try:  # what _emit_values does, without its call: the hot path of a tool
+                fast._publish(_PROGRESS_BUILDER, t.session, values)
+            except BusClosed:
+                t._bus_gone()
         finally:
             lock.release()
 

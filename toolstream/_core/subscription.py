@@ -17,13 +17,12 @@ subscription a feeder and a log of its own, filled by a reader task
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 from typing_extensions import Self
@@ -53,14 +52,21 @@ T = TypeVar("T")
 _get_ident = threading.get_ident
 _MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
 
-Wakes: TypeAlias = "list[tuple[Subscription[Any], Waiter]]"
+#: Registered waiters (each knows its subscription: ``waiter.owner``).
+Wakes: TypeAlias = "list[Waiter]"
+
+# An empty list shared by every subscription and never mutated: a drained buffer, no
+# pending resets, "nothing yet". With thousands of waiting subscriptions, every object
+# a wait keeps alive is one more for the garbage collector to trace.
+_EMPTY: list[Any] = []
+_EMPTY_IT: Iterator[Any] = iter(_EMPTY)
 
 
 def wake_all(wakes: Wakes) -> None:
     """Wake the consumers of ``wakes`` (outside the lock that collected them)."""
     if wakes:
         tid = _get_ident()
-        for _, waiter in wakes:
+        for waiter in wakes:
             waiter.wake(tid)
 
 
@@ -111,7 +117,10 @@ class Log:
         """Unregister every waiting consumer and return them, to be woken."""
         wakes = self.waiters
         if wakes:
-            self.waiters = []
+            # A copy that is gone once they are woken; the log keeps its own list (a
+            # fresh one per wake-up would be one more object alive through each wait).
+            wakes = wakes.copy()
+            self.waiters.clear()
         return wakes
 
 
@@ -161,12 +170,12 @@ class Feeder:
         """Remove ``sub``'s waiting consumer from ``log`` (lock held), to be woken later
         (``take_wakes``) when ``wake``."""
         kept = []
-        for entry in log.waiters:
-            if entry[0] is sub:
+        for waiter in log.waiters:
+            if waiter.owner is sub:
                 if wake:
-                    self.wakes.append(entry)
+                    self.wakes.append(waiter)
             else:
-                kept.append(entry)
+                kept.append(waiter)
         log.waiters = kept
 
     def take_wakes(self) -> Wakes:
@@ -246,6 +255,30 @@ class Subscription(Generic[E_co]):
     taken from the bus, not once per event.
     """
 
+    __slots__ = (
+        "_backend",
+        "_buf",
+        "_closed",
+        "_cursor",
+        "_cut",
+        "_done",
+        "_feeder",
+        "_filter",
+        "_it",
+        "_last_id",
+        "_limit",
+        "_log",
+        "_pending",
+        "_replay_end",
+        "buffer",
+        "coalesced",
+        "origin",
+        "overflow",
+        "run",
+        "session",
+        "types",
+    )
+
     def __init__(
         self,
         feeder: Feeder,
@@ -276,11 +309,12 @@ class Subscription(Generic[E_co]):
         self._log: Log | None = None
         self._cursor = 0
         self._replay_end = 0
-        self._pending: list[StreamReset] = []  # resets due before the next slice
+        # Resets due before the next slice (replaced, never appended to in place).
+        self._pending: list[StreamReset] = _EMPTY
         # Events taken from the bus: ``_buf``, delivered up to where ``_it`` stands (every
         # way of reading shares the iterator; its length hint says how many are left).
-        self._buf: list[Any] = []
-        self._it: Iterator[Any] = iter(self._buf)
+        self._buf: list[Any] = _EMPTY
+        self._it: Iterator[Any] = _EMPTY_IT
         self._cut = False
         self._done = False
         self._closed = False
@@ -428,7 +462,7 @@ class Subscription(Generic[E_co]):
         with feeder.lock:
             pending = self._pending
             if pending:
-                self._pending = []
+                self._pending = _EMPTY
             elif self._closed or self._done:
                 if self._log is not None:
                     self._log.subs.discard(self)
@@ -441,7 +475,7 @@ class Subscription(Generic[E_co]):
             base = log.base
             end = base + len(log.events)
             cursor = self._cursor
-            batch: list[Event] = []
+            batch: list[Event] = _EMPTY
             replayed = 0
             if cursor < end:
                 if cursor < base:
@@ -457,8 +491,8 @@ class Subscription(Generic[E_co]):
                 if feeder.closed:
                     return None
                 if waiter is not None:
-                    log.waiters.append((self, waiter))
-                return []
+                    log.waiters.append(waiter)
+                return _EMPTY
         if replayed:
             replay = self._deliverable(batch[:replayed])
             live = [] if self._done else self._deliverable(batch[replayed:])
@@ -484,8 +518,8 @@ class Subscription(Generic[E_co]):
     def _deliverable(self, events: list[Event]) -> list[Event]:
         kinds = self._filter
         run = self.run
-        if kinds is None and run is None:
-            return events
+        if run is None:
+            return events if kinds is None else [e for e in events if isinstance(e, kinds)]
         out = []
         for event in events:
             if run is not None and event.run_id != run:
@@ -504,13 +538,25 @@ class Subscription(Generic[E_co]):
             last_id=self.last_id,
         )
 
-    async def _fill(self) -> bool:
-        """Wait until the local buffer holds events; False when the subscription ended.
+    @overload
+    async def _fill(self, hand_out: Literal[False] = False) -> bool: ...
+
+    @overload
+    async def _fill(self, hand_out: Literal[True]) -> list[Any]: ...
+
+    async def _fill(self, hand_out: bool = False) -> bool | list[Any]:
+        """Wait until the local buffer holds events: True, or False when the subscription
+        ended. ``hand_out``: return the buffer's events instead (raising
+        ``StopAsyncIteration`` at the end), for ``batches()``, whose ``__anext__`` is
+        then this one coroutine (with thousands of waiting consumers, every object a
+        wait keeps alive is one more for the garbage collector to trace).
 
         A batch is parked in the buffer *before* the checkpoint that follows taking it,
         so a cancellation there (a heartbeat timeout, a cancelled consumer) loses
         nothing: the next read returns it.
         """
+        if hand_out and _left(self._it):
+            return self._hand_out()
         backend = self._backend
         if backend is None:
             backend = self._backend = current_backend()
@@ -518,7 +564,7 @@ class Subscription(Generic[E_co]):
         while True:
             batch = self._take(None)
             if batch is None:
-                return False
+                break
             if batch:
                 self._park(batch)
                 if not waited or len(batch) >= 16:
@@ -528,20 +574,36 @@ class Subscription(Generic[E_co]):
                     # waited for are read at once: a yield each would double the task
                     # switches of a quiet consumer (measured with 10,000 sessions).
                     await checkpoint(backend)
-                return True
-            waiter = make_waiter(backend)
+                return self._hand_out() if hand_out else True
+            waiter = make_waiter(backend, self)
             batch = self._take(waiter)
             if batch is None:
-                return False
+                break
             if batch:
                 # Data arrived between the two takes; the registration is harmless.
                 self._discard(waiter)
                 self._park(batch)
-                return True
-            await waiter.wait(functools.partial(self._discard, waiter))
+                return self._hand_out() if hand_out else True
+            try:
+                await waiter.waiting()
+            except BaseException:  # cancelled: nobody is waiting any more
+                self._discard(waiter)
+                raise
             waited = True
-            if _left(self._it):  # pragma: no cover - defensive
-                return True
+        if hand_out:
+            raise StopAsyncIteration
+        return False
+
+    def _hand_out(self) -> list[Any]:
+        """The buffer's events not handed out yet, as a list the caller owns."""
+        buf, it = self._buf, self._it
+        # The buffer itself when none of it was handed out (nothing else holds it).
+        batch = buf if _left(it) == len(buf) and buf is not _EMPTY else list(it)
+        if buf:
+            self._last_id = buf[-1].id
+        self._buf = _EMPTY
+        self._it = _EMPTY_IT
+        return batch
 
     def _park(self, batch: list[Any]) -> None:
         """Put ``batch`` in the buffer, remembering the last id delivered from the old
@@ -554,7 +616,7 @@ class Subscription(Generic[E_co]):
         with self._feeder.lock:
             log = self._log
             if log is not None:
-                log.waiters = [w for w in log.waiters if w[1] is not waiter]
+                log.waiters = [w for w in log.waiters if w is not waiter]
 
     def take_nowait(self) -> list[E_co]:
         """Everything available now (possibly nothing), without waiting.
@@ -562,8 +624,7 @@ class Subscription(Generic[E_co]):
         Raises ``SlowConsumer`` if the subscription was cut. For consumers that poll
         from a thread, and for tests.
         """
-        out: list[Any] = list(self._it)
-        self._park([])
+        out: list[Any] = self._hand_out()
         more = self._take(None)
         if more:
             out.extend(more)
@@ -633,12 +694,7 @@ class _Batches(Generic[E_co]):
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> list[E_co]:
-        sub = self._sub
-        if not _left(sub._it) and not await sub._fill():
-            raise StopAsyncIteration
+    def __anext__(self) -> Awaitable[list[E_co]]:
         # Taken through the shared iterator: a suspended ``async for`` over the same
         # subscription must not hand these out again.
-        batch = list(sub._it)
-        sub._park([])
-        return batch
+        return self._sub._fill(hand_out=True)

@@ -15,7 +15,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast, overload
 
@@ -23,7 +22,7 @@ import anyio
 from typing_extensions import ParamSpec, Self
 
 from .approvals import CANCELLED_BY, TIMEOUT_BY, Decision, decision_of
-from .build import plan_of
+from .build import plan_of, tuple_builder
 from .bus import Bus, EventBus
 from .coalescer import Coalescer
 from .errors import (
@@ -85,9 +84,7 @@ if (
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
 _TUPLE_BUILDERS = {
-    ToolProgress: _PROGRESS.build_tuple,
-    ToolOutputDelta: _OUTPUT.build_tuple,
-    **{cls: plan_of(cls).build_tuple for cls in _MESSAGE_FIELDS},
+    cls: tuple_builder(cls) for cls in (ToolProgress, ToolOutputDelta, *_MESSAGE_FIELDS)
 }
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
@@ -134,6 +131,29 @@ class Tracker:
     ``#3``...): clients see two calls, never two lifecycles under one id.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_asked",
+        "_bus_closed_logged",
+        "_clock",
+        "_closed",
+        "_coalescer",
+        "_fast",
+        "_finished_ids",
+        "_lock",
+        "_messages",
+        "_open",
+        "_runs",
+        "bus",
+        "coalesce",
+        "hidden",
+        "payload",
+        "session",
+        "strict",
+        "summarizer",
+        "violations",
+    )
+
     def __init__(
         self,
         bus: Bus,
@@ -152,10 +172,8 @@ class Tracker:
         # EventBus: events go straight to its builders (no keywords, no checks the
         # tracker made already); other buses, and an EventBus subclass that overrides
         # publish (to log, count...), get publish(cls, **fields).
-        self._fast: Callable[[Any, str, Any], object] | None = (
-            bus._publish
-            if isinstance(bus, EventBus) and type(bus).publish is EventBus.publish
-            else None
+        self._fast: EventBus | None = (
+            bus if isinstance(bus, EventBus) and type(bus).publish is EventBus.publish else None
         )
         #: The session every event of this tracker belongs to.
         self.session = session
@@ -172,7 +190,8 @@ class Tracker:
         # Open calls by the id they were asked for (a reused id's new call included).
         self._open: dict[str, CallHandle] = {}
         # Ended call ids -> how many calls used them.
-        self._finished_ids: OrderedDict[str, int] = OrderedDict()
+        # (A plain dict of str -> int: the garbage collector never tracks it.)
+        self._finished_ids: dict[str, int] = {}
         self._runs: dict[str, RunScope] = {}
         # Open messages by id.
         self._messages: dict[str, MessageHandle] = {}
@@ -594,10 +613,9 @@ class Tracker:
             del self._open[key]
         if handle.given_id is not None:
             finished = self._finished_ids
-            finished[key] = finished.get(key, 0) + 1
-            finished.move_to_end(key)
+            finished[key] = finished.pop(key, 0) + 1  # the newest last
             if len(finished) > _MAX_FINISHED_IDS:
-                finished.popitem(last=False)
+                del finished[next(iter(finished))]
 
     def _close_calls(self, handles: Iterable[CallHandle], reason: str) -> None:
         for handle in list(handles):
@@ -625,7 +643,7 @@ class Tracker:
         fast = self._fast
         try:
             if fast is not None:
-                return cast(Event, fast(_BUILDERS[cls], self.session, fields))
+                return fast._publish(_BUILDERS[cls], self.session, fields)
             return self.bus.publish(cls, **fields)
         except BusClosed:
             self._bus_gone()
@@ -637,7 +655,7 @@ class Tracker:
         fast = self._fast
         try:
             if fast is not None:
-                fast(_TUPLE_BUILDERS[cls], self.session, values)
+                fast._publish(_TUPLE_BUILDERS[cls], self.session, values)
             else:
                 fields = plan_of(cls).fields
                 self.bus.publish(cls, **dict(zip(fields, values, strict=True)))

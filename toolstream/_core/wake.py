@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 __all__ = ["Waiter", "checkpoint", "current_backend", "make_waiter"]
@@ -14,14 +14,23 @@ _get_ident = threading.get_ident
 
 
 class Waiter(Protocol):
-    """One registration of a consumer waiting for events."""
+    """One registration of a consumer waiting for events.
+
+    A waiter is all a waiting consumer keeps alive besides what its event loop needs
+    (no callback, no coroutine of its own): with thousands of sessions, every object a
+    wait holds is one more for the garbage collector to trace while it waits.
+    """
+
+    #: Whose consumer this is (a subscription), to find its registration again.
+    owner: object
 
     def wake(self, thread_id: int) -> None:
         """Wake the consumer (called from any thread, at most once per registration).
         Never raises: a consumer that is gone cannot break its publisher."""
 
-    async def wait(self, on_abort: Callable[[], None]) -> None:
-        """Wait until woken; ``on_abort`` runs if the wait is cancelled instead."""
+    def waiting(self) -> Awaitable[None]:
+        """What to await until woken. If that await is cancelled, a later ``wake`` does
+        nothing; the owner unregisters the waiter."""
 
 
 def current_backend() -> str:
@@ -49,9 +58,10 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 class _AsyncioWaiter:
-    __slots__ = ("fut", "loop", "thread")
+    __slots__ = ("fut", "loop", "owner", "thread")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
         self.loop = asyncio.get_running_loop()
         self.fut: asyncio.Future[None] = self.loop.create_future()
         self.thread = _get_ident()
@@ -67,20 +77,17 @@ class _AsyncioWaiter:
         except RuntimeError:  # the consumer's loop is closed: nobody to wake
             pass
 
-    async def wait(self, on_abort: Callable[[], None]) -> None:
-        try:
-            await self.fut
-        except BaseException:
-            on_abort()
-            raise
+    def waiting(self) -> Awaitable[None]:
+        return self.fut  # cancelling the await cancels the future: a wake is then a no-op
 
 
 class _TrioWaiter:
-    __slots__ = ("active", "task", "thread", "token")
+    __slots__ = ("active", "owner", "task", "thread", "token")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object) -> None:
         import trio
 
+        self.owner = owner
         self.task = trio.lowlevel.current_task()
         self.token = trio.lowlevel.current_trio_token()
         self.thread = _get_ident()
@@ -103,22 +110,25 @@ class _TrioWaiter:
         except RuntimeError:  # trio.RunFinishedError, or no run in this thread any more
             pass
 
-    async def wait(self, on_abort: Callable[[], None]) -> None:
+    def _abort(self, _: Any) -> Any:
         import trio
 
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            self.active = False
-            on_abort()
-            return trio.lowlevel.Abort.SUCCEEDED
+        self.active = False
+        return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    def waiting(self) -> Awaitable[None]:
+        import trio
+
+        # Awaited by the caller (the waiter holds no coroutine of its own).
+        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105
 
 
-def make_waiter(backend: str) -> Waiter:
-    """A fresh registration for the consumer running in this task."""
+def make_waiter(backend: str, owner: object) -> Waiter:
+    """A fresh registration for the consumer running in this task, on behalf of
+    ``owner``."""
     if backend == "asyncio":
-        return _AsyncioWaiter()
-    return _TrioWaiter()
+        return _AsyncioWaiter(owner)
+    return _TrioWaiter(owner)
 
 
 async def checkpoint(backend: str) -> None:
