@@ -158,3 +158,24 @@ def test_every_kind_of_summary_goes_through_one_dispatch(caplog: pytest.LogCaptu
     assert by_type["tool.failed"] is None, "None means no summary"
     assert by_type["tool.cancelled"] == "stopped: user"
     assert "summarizer" in caplog.text and "failed for result" in caplog.text
+
+
+def test_templates_registered_on_a_trackers_default_summarizer_stay_its_own() -> None:
+    # Trackers given no summarizer share an untouched default until theirs is read.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="a")
+    mine, other = ts.Tracker(bus, "a"), ts.Tracker(bus, "b")
+    assert isinstance(mine.summarizer, ts.Summaries)
+    assert mine.summarizer is mine.summarizer
+    assert mine.summarizer is not other.summarizer
+    mine.summarizer.register("fetch", result="fetched {result}")
+    mine.create("fetch").complete(3)
+    other_sub = bus.subscribe(session="b")
+    other.create("fetch").complete(3)
+    ours = [e.summary for e in sub.take_nowait() if isinstance(e, ts.ToolCompleted)]
+    theirs = [e.summary for e in other_sub.take_nowait() if isinstance(e, ts.ToolCompleted)]
+    assert ours == ["fetched 3"]
+    assert theirs and theirs != ["fetched 3"]
+    fresh = ts.Tracker(bus, "c")
+    fresh.summarizer = custom = ts.Summaries(max_length=20)
+    assert fresh.summarizer is custom

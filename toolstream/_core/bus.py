@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import logging
 import secrets
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -55,7 +54,6 @@ E1 = TypeVar("E1", bound=Event)
 E2 = TypeVar("E2", bound=Event)
 E3 = TypeVar("E3", bound=Event)
 
-_get_ident = threading.get_ident
 _APPROVAL_EVENTS = frozenset({ApprovalRequested, ApprovalResolved})
 
 
@@ -139,6 +137,24 @@ class BusStats(FeederStats):
     ``SlowConsumer``, ``resets`` delivered because a cursor could not be served."""
 
     published: int = 0
+
+
+class _Seqs:
+    """The sequence numbers of a log's events, read from their ids when a subscription
+    starts (a bisection reads a few): the bus keeps no second list per session, so a
+    publish appends to one list less and a session holds one object less."""
+
+    __slots__ = ("_events", "_skip")
+
+    def __init__(self, events: list[Event], skip: int) -> None:
+        self._events = events
+        self._skip = skip
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: int) -> int:
+        return int(self._events[index].id[self._skip :])
 
 
 class EventBus:
@@ -265,7 +281,6 @@ class EventBus:
             if log is None:
                 log = self._new_log(session)
             log.events.append(event)
-            log.seqs.append(seq)
             log.sizes.append(size)
             log.nbytes += size
             log.last_ts = ts
@@ -293,10 +308,12 @@ class EventBus:
         finally:
             lock.release()
         if wakes:
-            tid = _get_ident()
-            for waiter in wakes:
-                waiter.wake(tid)
+            wake_all(wakes)
         return event
+
+    def _seq_of(self, event: Event) -> int:
+        """The sequence number of an event of this bus (the number in its id)."""
+        return int(event.id[len(self._prefix) :])
 
     def _new_log(self, session: str) -> Log:
         # Its view (the session's state before the replay window) is made when events
@@ -324,7 +341,6 @@ class EventBus:
 
     def _append(self, log: Log, event: Event, seq: int, size: int) -> None:
         log.events.append(event)
-        log.seqs.append(seq)
         log.sizes.append(size)
         log.nbytes += size
         self._bytes += size
@@ -346,9 +362,8 @@ class EventBus:
         if log.session is not None:  # the all-sessions log has no view
             self._view_of(log).fold(log.events[:k])
         freed = sum(log.sizes[:k])
-        log.trimmed_seq = log.seqs[k - 1]
+        log.trimmed_seq = self._seq_of(log.events[k - 1])
         del log.events[:k]
-        del log.seqs[:k]
         del log.sizes[:k]
         log.base = target
         log.nbytes -= freed
@@ -393,7 +408,7 @@ class EventBus:
     def _forget(self, session: str, log: Log) -> None:
         del self._logs[session]
         self._bytes -= log.nbytes
-        last = log.seqs[-1] if log.seqs else log.trimmed_seq
+        last = self._seq_of(log.events[-1]) if log.events else log.trimmed_seq
         self._forgotten_seq = max(self._forgotten_seq, last)
 
     def _released(self, log: Log) -> None:
@@ -404,7 +419,7 @@ class EventBus:
         if (
             session is not None
             and not log.subs
-            and not log.seqs
+            and not log.events
             and (view is None or (not view.calls and not view.runs))
             and self._logs.get(session) is log
         ):
@@ -417,7 +432,7 @@ class EventBus:
         # this read only; the log gets its own when it first trims).
         return Retained(
             log.events,
-            log.seqs,
+            _Seqs(log.events, len(self._prefix)),
             log.view if log.view is not None else self._new_view(),
             log.trimmed_seq,
             cache=log.resets,
@@ -650,7 +665,7 @@ class EventBus:
         index = None
         if request.after is not None:
             index = cursor_index(
-                log.seqs,
+                _Seqs(log.events, len(self._prefix)),
                 request.after,
                 epoch=self.epoch,
                 floor=log.trimmed_seq,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -172,8 +172,16 @@ class Start:
     origin: Origin
 
 
+class Seqs(Protocol):
+    """Sequence numbers by position, ascending (a list, or a bus's view of its log)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+
 def cursor_index(
-    seqs: Sequence[int], after: str, *, epoch: str, floor: int, last: int, at: bool = False
+    seqs: Seqs, after: str, *, epoch: str, floor: int, last: int, at: bool = False
 ) -> int | None:
     """The index in ``seqs`` of the first event after id ``after`` (at it, with ``at``),
     or None if that cannot be served exactly: another epoch, from the future, older than
@@ -204,7 +212,7 @@ class Retained:
     def __init__(
         self,
         events: Sequence[Event],
-        seqs: Sequence[int],
+        seqs: Seqs,
         base: LiveView,
         floor: int,
         *,

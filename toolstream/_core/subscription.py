@@ -42,17 +42,16 @@ from .events import (
 )
 from .start import Origin, Overflow, Start
 from .view import LiveView
-from .wake import Waiter, checkpoint, current_backend, make_waiter
+from .wake import Waiter, checkpoint, current_backend, make_waiter, waiting, wake_all
 
 __all__ = ["Feeder", "FeederStats", "Log", "Subscription", "coalesce", "wake_all"]
 
 E_co = TypeVar("E_co", bound=Event, covariant=True)
 T = TypeVar("T")
 
-_get_ident = threading.get_ident
 _MERGED_TEXT_LIMIT = 32 * 1024  # coalescing never builds a delta larger than this
 
-#: Registered waiters (each knows its subscription: ``waiter.owner``).
+#: Registered waiters (a subscription knows its own: ``sub._waiter``).
 Wakes: TypeAlias = "list[Waiter]"
 
 # An empty list shared by every subscription and never mutated: a drained buffer, no
@@ -60,14 +59,6 @@ Wakes: TypeAlias = "list[Waiter]"
 # a wait keeps alive is one more for the garbage collector to trace.
 _EMPTY: list[Any] = []
 _EMPTY_IT: Iterator[Any] = iter(_EMPTY)
-
-
-def wake_all(wakes: Wakes) -> None:
-    """Wake the consumers of ``wakes`` (outside the lock that collected them)."""
-    if wakes:
-        tid = _get_ident()
-        for waiter in wakes:
-            waiter.wake(tid)
 
 
 class Log:
@@ -80,7 +71,6 @@ class Log:
         "last_ts",
         "nbytes",
         "resets",
-        "seqs",
         "session",
         "sizes",
         "subs",
@@ -93,7 +83,6 @@ class Log:
         self.session = session
         self.events: list[Event] = []
         #: The sequence number of each event (the number in its id).
-        self.seqs: list[int] = []
         self.sizes: list[int] = []
         self.base = 0  # absolute position of events[0]
         self.nbytes = 0
@@ -171,7 +160,7 @@ class Feeder:
         (``take_wakes``) when ``wake``."""
         kept = []
         for waiter in log.waiters:
-            if waiter.owner is sub:
+            if waiter is sub._waiter:
                 if wake:
                     self.wakes.append(waiter)
             else:
@@ -270,6 +259,7 @@ class Subscription(Generic[E_co]):
         "_log",
         "_pending",
         "_replay_end",
+        "_waiter",
         "buffer",
         "coalesced",
         "origin",
@@ -319,6 +309,7 @@ class Subscription(Generic[E_co]):
         self._done = False
         self._closed = False
         self._backend: str | None = None
+        self._waiter: Waiter | None = None  # the newest registration
 
     def __repr__(self) -> str:
         return (
@@ -575,7 +566,7 @@ class Subscription(Generic[E_co]):
                     # switches of a quiet consumer (measured with 10,000 sessions).
                     await checkpoint(backend)
                 return self._hand_out() if hand_out else True
-            waiter = make_waiter(backend, self)
+            waiter = self._waiter = make_waiter(backend)
             batch = self._take(waiter)
             if batch is None:
                 break
@@ -585,7 +576,7 @@ class Subscription(Generic[E_co]):
                 self._park(batch)
                 return self._hand_out() if hand_out else True
             try:
-                await waiter.waiting()
+                await waiting(waiter)
             except BaseException:  # cancelled: nobody is waiting any more
                 self._discard(waiter)
                 raise

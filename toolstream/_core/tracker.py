@@ -89,6 +89,9 @@ _TUPLE_BUILDERS = {
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
 _BUILDERS = {cls: plan_of(cls).build for cls in EVENT_TYPES if cls is not StreamReset}
+# What a tracker given no summarizer uses until its ``summarizer`` is read (never
+# changed: a tracker whose summarizer is read gets one of its own).
+_DEFAULT_SUMMARIES = Summaries()
 #: Ended call ids remembered, to tell a reused id from a new one.
 _MAX_FINISHED_IDS = 10_000
 
@@ -144,13 +147,13 @@ class Tracker:
         "_messages",
         "_open",
         "_runs",
+        "_summarizer",
         "bus",
         "coalesce",
         "hidden",
         "payload",
         "session",
         "strict",
-        "summarizer",
         "violations",
     )
 
@@ -177,7 +180,9 @@ class Tracker:
         )
         #: The session every event of this tracker belongs to.
         self.session = session
-        self.summarizer: Summarizer = summarizer if summarizer is not None else Summaries()
+        # None: the shared default, until someone reads ``summarizer`` (to register
+        # templates on it); one object less per session meanwhile.
+        self._summarizer: Summarizer | None = summarizer
         self.payload = payload if payload is not None else default_policy()
         self.hidden = hidden if hidden is not None else _default_hidden
         self.coalesce = float(coalesce)
@@ -201,6 +206,18 @@ class Tracker:
         self._clock: Callable[[], float] = getattr(bus, "_clock", None) or time.time
         self._closed = False
         self._bus_closed_logged = False
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """What writes the calls' ``summary`` sentences (a :class:`Summaries` of this
+        tracker's own unless one was given)."""
+        if self._summarizer is None:
+            self._summarizer = Summaries()
+        return self._summarizer
+
+    @summarizer.setter
+    def summarizer(self, summarizer: Summarizer) -> None:
+        self._summarizer = summarizer
 
     def __repr__(self) -> str:
         return f"<Tracker session={self.session!r} open_calls={len(self._open)}>"
@@ -706,4 +723,5 @@ class Tracker:
             title=handle.title,
             duration_s=handle.duration_s,
         )
-        return self.payload.text(summarize(self.summarizer, kind, info, detail))
+        summarizer = self._summarizer if self._summarizer is not None else _DEFAULT_SUMMARIES
+        return self.payload.text(summarize(summarizer, kind, info, detail))

@@ -1,36 +1,24 @@
-"""Waking a subscriber inside its own event loop, from whatever thread publishes."""
+"""Waking a subscriber inside its own event loop, from whatever thread publishes.
+
+A registration is all a waiting consumer keeps alive besides what its event loop needs:
+on asyncio the future it awaits *is* the registration (no object around it, no
+callback, no coroutine of its own); on trio a small record of its task. With thousands
+of sessions every object a wait holds is one more for the garbage collector to trace
+while it waits, and that tracing, not the wake-ups, is what grew with the sessions.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import threading
-from collections.abc import Awaitable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeAlias
 
-__all__ = ["Waiter", "checkpoint", "current_backend", "make_waiter"]
+__all__ = ["Waiter", "checkpoint", "current_backend", "make_waiter", "wake_all", "waiting"]
 
 _get_ident = threading.get_ident
-
-
-class Waiter(Protocol):
-    """One registration of a consumer waiting for events.
-
-    A waiter is all a waiting consumer keeps alive besides what its event loop needs
-    (no callback, no coroutine of its own): with thousands of sessions, every object a
-    wait holds is one more for the garbage collector to trace while it waits.
-    """
-
-    #: Whose consumer this is (a subscription), to find its registration again.
-    owner: object
-
-    def wake(self, thread_id: int) -> None:
-        """Wake the consumer (called from any thread, at most once per registration).
-        Never raises: a consumer that is gone cannot break its publisher."""
-
-    def waiting(self) -> Awaitable[None]:
-        """What to await until woken. If that await is cancelled, a later ``wake`` does
-        nothing; the owner unregisters the waiter."""
+_running_loop = asyncio._get_running_loop  # the C accessor asyncio's own code uses
 
 
 def current_backend() -> str:
@@ -57,37 +45,12 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-class _AsyncioWaiter:
-    __slots__ = ("fut", "loop", "owner", "thread")
-
-    def __init__(self, owner: object) -> None:
-        self.owner = owner
-        self.loop = asyncio.get_running_loop()
-        self.fut: asyncio.Future[None] = self.loop.create_future()
-        self.thread = _get_ident()
-
-    def wake(self, thread_id: int) -> None:
-        # Never raises: a consumer whose loop is gone (closed after its last read) must
-        # not break the publisher, which may be on the same thread.
-        try:
-            if thread_id == self.thread:
-                _resolve(self.fut)
-            else:
-                self.loop.call_soon_threadsafe(_resolve, self.fut)
-        except RuntimeError:  # the consumer's loop is closed: nobody to wake
-            pass
-
-    def waiting(self) -> Awaitable[None]:
-        return self.fut  # cancelling the await cancels the future: a wake is then a no-op
-
-
 class _TrioWaiter:
-    __slots__ = ("active", "owner", "task", "thread", "token")
+    __slots__ = ("active", "task", "thread", "token")
 
-    def __init__(self, owner: object) -> None:
+    def __init__(self) -> None:
         import trio
 
-        self.owner = owner
         self.task = trio.lowlevel.current_task()
         self.token = trio.lowlevel.current_trio_token()
         self.thread = _get_ident()
@@ -101,7 +64,6 @@ class _TrioWaiter:
             trio.lowlevel.reschedule(self.task)
 
     def wake(self, thread_id: int) -> None:
-        # Never raises (see _AsyncioWaiter.wake).
         try:
             if thread_id == self.thread:
                 self._wake_here()
@@ -116,19 +78,53 @@ class _TrioWaiter:
         self.active = False
         return trio.lowlevel.Abort.SUCCEEDED
 
-    def waiting(self) -> Awaitable[None]:
+
+#: One registration of a consumer waiting for events: an asyncio future, or a trio
+#: task's record. Woken by :func:`wake_all`, awaited through :func:`waiting`.
+Waiter: TypeAlias = "asyncio.Future[None] | _TrioWaiter"
+
+
+def make_waiter(backend: str) -> Waiter:
+    """A fresh registration for the consumer running in this task."""
+    if backend == "asyncio":
+        return _running_loop().create_future()  # type: ignore[union-attr]
+    return _TrioWaiter()
+
+
+def waiting(waiter: Waiter) -> Awaitable[None]:
+    """What the consumer awaits until woken. If that await is cancelled, a later wake
+    does nothing (the cancelled future is done; the trio record inactive); the consumer
+    then unregisters the waiter."""
+    if type(waiter) is _TrioWaiter:
         import trio
 
-        # Awaited by the caller (the waiter holds no coroutine of its own).
-        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105
+        # Awaited by the caller (the record holds no coroutine of its own).
+        return trio.lowlevel.wait_task_rescheduled(waiter._abort)  # noqa: ASYNC105
+    return waiter  # type: ignore[return-value]
 
 
-def make_waiter(backend: str, owner: object) -> Waiter:
-    """A fresh registration for the consumer running in this task, on behalf of
-    ``owner``."""
-    if backend == "asyncio":
-        return _AsyncioWaiter(owner)
-    return _TrioWaiter(owner)
+def wake_all(wakes: Iterable[Waiter]) -> None:
+    """Wake each consumer of ``wakes``, from any thread (call it outside the lock that
+    collected them). Never raises: a consumer whose loop is gone (closed after its last
+    read) must not break its publisher, which may be on the same thread."""
+    running = _running_loop()
+    tid = 0
+    for waiter in wakes:
+        if type(waiter) is _TrioWaiter:
+            if not tid:
+                tid = _get_ident()
+            waiter.wake(tid)
+            continue
+        fut: Any = waiter
+        try:
+            loop = fut.get_loop()
+            if loop is running:  # the consumer's own loop, in this thread
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                loop.call_soon_threadsafe(_resolve, fut)
+        except RuntimeError:  # the consumer's loop is closed: nobody to wake
+            pass
 
 
 async def checkpoint(backend: str) -> None:
