@@ -208,7 +208,7 @@ class EventBus:
         self._forgotten_seq = 0
         self._high = replay + max(32, replay // 4)
         self._sweep_every = min(session_ttl / 4, 60.0)
-        self._last_sweep = clock()
+        self._next_sweep = clock() + self._sweep_every
         #: What a decision publishes goes through this policy.
         self.payload = payload if payload is not None else default_policy()
         self._arbiter = Arbiter(self)
@@ -301,7 +301,7 @@ class EventBus:
                 self._trim_to(log, log.end - self.replay)
             if self._bytes > self.replay_bytes:
                 self._trim_bytes()
-            if ts - self._last_sweep > self._sweep_every:
+            if ts > self._next_sweep:
                 self._sweep(ts)
             if feeder.wakes:
                 wakes = wakes + feeder.take_wakes()
@@ -395,7 +395,7 @@ class EventBus:
     def _sweep(self, now: float) -> None:
         """Forget the sessions nobody reads that saw no event for ``session_ttl`` (lock
         held). Runs on publishing and on subscribing, at most every ``ttl / 4``."""
-        self._last_sweep = now
+        self._next_sweep = now + self._sweep_every
         horizon = now - self.session_ttl
         for session, log in list(self._logs.items()):
             if (
@@ -635,7 +635,7 @@ class EventBus:
             if self._feeder.closed:
                 raise BusClosed("the bus is closed")
             now = self._clock()
-            if now - self._last_sweep > self._sweep_every:
+            if now > self._next_sweep:
                 self._sweep(now)
             if session is None:
                 self._open_all(sub, request)

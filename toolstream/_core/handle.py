@@ -331,7 +331,7 @@ class CallHandle:
     ) -> None:
         """Progress from inside the running tool: ``fraction`` in 0..1, or ``current`` of
         ``total``, a ``message``, any JSON ``data``. Implies the call is running."""
-        if type(fraction) is float and 0.0 <= fraction <= 1.0 and current is None and total is None:
+        if current is None and total is None and type(fraction) is float and 0.0 <= fraction <= 1.0:
             pass  # the common case, already safe
         else:
             fraction = _fraction(fraction, current, total)
@@ -341,7 +341,10 @@ class CallHandle:
         hidden = self.hidden
         if not hidden:
             if message is not None:
-                message = t.payload.text(message)
+                # A repeated short message's published form, as payload.text() keeps it
+                # (looked up here: this is the hot path of a running tool).
+                known = t.payload._text_cache.get(message) if type(message) is str else None
+                message = known if known is not None else t.payload.text(message)
             if data is not None:
                 data = t._value(data)
         lock = t._lock

@@ -446,9 +446,10 @@ class Subscription(Generic[E_co]):
 
     # -- taking events ---------------------------------------------------------------
 
-    def _take(self, waiter: Waiter | None) -> list[Any] | None:
-        """Everything after the cursor (filtered, coalesced); [] if nothing yet (the
-        waiter, if given, is registered); None when the subscription has ended."""
+    def _take(self, wait_on: str | None) -> list[Any] | None:
+        """Everything after the cursor (filtered, coalesced); [] if nothing yet (then,
+        given the consumer's backend ``wait_on``, a waiter is registered in the same
+        hold of the lock: ``self._waiter``); None when the subscription has ended."""
         feeder = self._feeder
         with feeder.lock:
             pending = self._pending
@@ -481,7 +482,8 @@ class Subscription(Generic[E_co]):
             elif not pending:
                 if feeder.closed:
                     return None
-                if waiter is not None:
+                if wait_on is not None:
+                    waiter = self._waiter = make_waiter(wait_on)
                     log.waiters.append(waiter)
                 return _EMPTY
         if replayed:
@@ -553,7 +555,7 @@ class Subscription(Generic[E_co]):
             backend = self._backend = current_backend()
         waited = False
         while True:
-            batch = self._take(None)
+            batch = self._take(backend)
             if batch is None:
                 break
             if batch:
@@ -566,20 +568,15 @@ class Subscription(Generic[E_co]):
                     # switches of a quiet consumer (measured with 10,000 sessions).
                     await checkpoint(backend)
                 return self._hand_out() if hand_out else True
-            waiter = self._waiter = make_waiter(backend)
-            batch = self._take(waiter)
-            if batch is None:
-                break
-            if batch:
-                # Data arrived between the two takes; the registration is harmless.
-                self._discard(waiter)
-                self._park(batch)
-                return self._hand_out() if hand_out else True
+            waiter = self._waiter  # registered by _take
+            assert waiter is not None, "nothing to read and no waiter registered"
             try:
                 await waiting(waiter)
             except BaseException:  # cancelled: nobody is waiting any more
                 self._discard(waiter)
                 raise
+            finally:
+                self._waiter = None
             waited = True
         if hand_out:
             raise StopAsyncIteration

@@ -139,15 +139,19 @@ class CallbackSink(Sink):
         # The hot path: the callback called inline, its failure isolated, its result
         # awaited only if it is awaitable (what ``_invoke`` does, without a call per event).
         callback = self.callback
-        for event in batch:
-            try:
-                result = callback(event)
-            except Exception:
-                self._failed(callback)
-            else:
-                if result is not None and inspect.isawaitable(result):
-                    await self._awaited(result, callback)
-            self.delivered += 1
+        done = 0
+        try:
+            for event in batch:
+                try:
+                    result = callback(event)
+                except Exception:
+                    self._failed(callback)
+                else:
+                    if result is not None and inspect.isawaitable(result):
+                        await self._awaited(result, callback)
+                done += 1
+        finally:
+            self.delivered += done
 
     async def __aenter__(self) -> CallbackSink:
         await super().__aenter__()
