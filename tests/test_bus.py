@@ -157,6 +157,51 @@ async def test_batches_deliver_everything_available_at_once() -> None:
         assert sub.last_id == published[-1]
 
 
+async def test_batches_the_caller_owns_and_a_shared_empty_list_nobody_fills() -> None:
+    # batches() hands out the taken list itself: changing it changes nothing the
+    # subscription reads later, and the empty list subscriptions share stays empty.
+    from toolstream._core import subscription
+
+    bus = ts.EventBus()
+    async with bus.subscribe(session="s") as sub:
+        first = [progress(bus, current=i).id for i in range(3)]
+        with anyio.fail_after(5):
+            batch = await anext(sub.batches())
+        assert [e.id for e in batch] == first
+        batch.clear()
+        batch.append(progress(bus, session="other"))
+        assert sub.last_id == first[-1]
+        assert sub.take_nowait() == []
+        later = progress(bus, current=9)
+        with anyio.fail_after(5):
+            assert await anext(sub.batches()) == [later]
+    assert subscription._EMPTY == []
+
+
+async def test_a_filtered_subscription_waits_past_events_it_does_not_take() -> None:
+    # A wake-up whose events are all filtered out must wait again, not spin or fail.
+    bus = ts.EventBus()
+    got: list[ts.Event] = []
+    arrived = anyio.Event()
+    async with bus.subscribe(ts.ToolCompleted, session="s") as sub, anyio.create_task_group() as tg:
+
+        async def consume() -> None:
+            async for event in sub:
+                got.append(event)
+                arrived.set()
+                return
+
+        tg.start_soon(consume)
+        for i in range(3):
+            await anyio.sleep(0.01)
+            progress(bus, current=i)  # wakes the consumer; nothing for it
+        await anyio.sleep(0.01)
+        done = bus.publish(ts.ToolCompleted, session="s", call_id="c", tool="t")
+        with anyio.fail_after(5):
+            await arrived.wait()
+    assert got == [done]
+
+
 async def test_subscription_waits_then_wakes_for_a_later_publish() -> None:
     bus = ts.EventBus()
     got: list[ts.Event] = []
@@ -490,3 +535,53 @@ async def test_leaving_a_loop_early_warns_about_nothing() -> None:
             del iterator
             gc.collect()
             await anyio.lowlevel.checkpoint()
+
+
+async def test_a_waiting_session_keeps_few_objects_for_the_garbage_collector() -> None:
+    # With thousands of sessions, what grows is the collector tracing every object the
+    # waiting consumers hold (docs/decisions.md, performance round two). A session with
+    # a tracker, a running call, its event and a consumer task waiting on batches()
+    # held 64 tracked objects; 38-41 now (the consumer's task itself is ~15 of them).
+    n = 300
+
+    async def drain(sub: ts.Subscription[Any]) -> None:
+        async for _ in sub.batches():
+            pass
+
+    gc.collect()
+    before = len(gc.get_objects())
+    bus = ts.EventBus()
+    calls = [ts.Tracker(bus, f"s{k}").create("t") for k in range(n)]
+    subs = [bus.subscribe(session=f"s{k}") for k in range(n)]
+    async with anyio.create_task_group() as tg:
+        for call in calls:
+            call.start()
+        for sub in subs:
+            tg.start_soon(drain, sub)
+        await anyio.sleep(0.05)
+        for call in calls:
+            call.progress(0.5, message="step")
+        await anyio.sleep(0.05)
+        gc.collect()
+        per_session = (len(gc.get_objects()) - before) / n
+        tg.cancel_scope.cancel()
+    assert per_session <= 46, f"{per_session:.1f} tracked objects per waiting session"
+
+
+async def test_a_subscription_awaited_by_two_tasks_ends_both_when_closed() -> None:
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s")
+    ended: list[str] = []
+
+    async def read(name: str) -> None:
+        async for _ in sub.batches():
+            pass
+        ended.append(name)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, "a")
+            tg.start_soon(read, "b")
+            await anyio.sleep(0.05)
+            sub.close()
+    assert sorted(ended) == ["a", "b"]

@@ -82,7 +82,6 @@ class Log:
     def __init__(self, session: str | None, trimmed_seq: int, view: LiveView | None) -> None:
         self.session = session
         self.events: list[Event] = []
-        #: The sequence number of each event (the number in its id).
         self.sizes: list[int] = []
         self.base = 0  # absolute position of events[0]
         self.nbytes = 0
@@ -159,8 +158,11 @@ class Feeder:
         """Remove ``sub``'s waiting consumer from ``log`` (lock held), to be woken later
         (``take_wakes``) when ``wake``."""
         kept = []
+        # A subscription awaited by several tasks at once only knows its newest waiter:
+        # then every waiter of the log is woken (a needless wake-up is harmless).
+        crowded = sub._crowded
         for waiter in log.waiters:
-            if waiter is sub._waiter:
+            if waiter is sub._waiter or crowded:
                 if wake:
                     self.wakes.append(waiter)
             else:
@@ -248,6 +250,7 @@ class Subscription(Generic[E_co]):
         "_backend",
         "_buf",
         "_closed",
+        "_crowded",
         "_cursor",
         "_cut",
         "_done",
@@ -310,6 +313,7 @@ class Subscription(Generic[E_co]):
         self._closed = False
         self._backend: str | None = None
         self._waiter: Waiter | None = None  # the newest registration
+        self._crowded = False  # awaited by several tasks at once, ever
 
     def __repr__(self) -> str:
         return (
@@ -483,6 +487,8 @@ class Subscription(Generic[E_co]):
                 if feeder.closed:
                     return None
                 if wait_on is not None:
+                    if self._waiter is not None:
+                        self._crowded = True
                     waiter = self._waiter = make_waiter(wait_on)
                     log.waiters.append(waiter)
                 return _EMPTY
@@ -568,8 +574,9 @@ class Subscription(Generic[E_co]):
                     # switches of a quiet consumer (measured with 10,000 sessions).
                     await checkpoint(backend)
                 return self._hand_out() if hand_out else True
-            waiter = self._waiter  # registered by _take
-            assert waiter is not None, "nothing to read and no waiter registered"
+            waiter = self._waiter  # registered by _take, if it found nothing new
+            if waiter is None:
+                continue  # what it took was all filtered out: look again
             try:
                 await waiting(waiter)
             except BaseException:  # cancelled: nobody is waiting any more
