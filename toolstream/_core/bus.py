@@ -292,7 +292,7 @@ class EventBus:
                 wakes = log.take_waiters()
             everything = self._all
             if everything is not None:
-                self._append(everything, event, seq, size)
+                self._append(everything, event, size)
                 if everything.waiters:
                     wakes = wakes + everything.take_waiters()
                 if len(everything.events) > self._high:
@@ -339,7 +339,7 @@ class EventBus:
             check_replays=False,
         )
 
-    def _append(self, log: Log, event: Event, seq: int, size: int) -> None:
+    def _append(self, log: Log, event: Event, size: int) -> None:
         log.events.append(event)
         log.sizes.append(size)
         log.nbytes += size
