@@ -90,29 +90,40 @@ async def payload_raw(size: int, events: int) -> float:
     return events / elapsed
 
 
-async def sessions_toolstream(sessions: int, events: int) -> float:
-    bus = ts.EventBus(replay=BURST * 4, replay_bytes=2**30)
+async def sessions_toolstream(sessions: int, events: int, *, full: bool = False) -> float:
+    """``full``: every session's replay window is full before the timing starts (a
+    small window, filled by a warm-up), so each event published drops an older one:
+    the steady state of a long-running gateway rather than windows filling up."""
+    replay = 8 if full else BURST * 4
+    bus = ts.EventBus(replay=replay, replay_bytes=2**30)
     calls = []
     for k in range(sessions):
         call = ts.Tracker(bus, f"s{k}").create("t")
         call.start()
         calls.append(call)
+    warm = replay + max(32, replay // 4) + 2 if full else 0  # past the trimming mark
     per = events // sessions
     subs = [bus.subscribe(session=f"s{k}", buffer=4 * BURST) for k in range(sessions)]
     countdown = Countdown(sessions)
 
-    async with anyio.create_task_group() as tg:
-        for sub in subs:
-            tg.start_soon(_drain_sub, sub, per, countdown.one)
-        await anyio.sleep(0.05)
-        start = time.perf_counter()
+    async def publish(rounds: int) -> None:
         i = 0
-        for _ in range(per):
+        for _ in range(rounds):
             for call in calls:
                 call.progress(0.5, message="step")
                 i += 1
                 if i % BURST == 0:
                     await checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        for sub in subs:
+            tg.start_soon(_drain_sub, sub, warm + per, countdown.one)
+        await anyio.sleep(0.05)
+        if warm:
+            await publish(warm)
+            await anyio.sleep(0.2)
+        start = time.perf_counter()
+        await publish(per)
         await countdown.done.wait()
         elapsed = time.perf_counter() - start
     assert bus.stats.coalesced == 0, bus.stats
@@ -218,8 +229,21 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         rows.append(_row(n, a, b))
     curves["sessions"] = rows
 
+    # The same at the two ends, with every session's replay window full.
+    full = []
+    for n in counts[-2:]:
+        events = 1_000 if quick else 100_000
+        a, b = alternate(
+            partial(sessions_toolstream, n, events, full=True),
+            partial(sessions_raw, n, events),
+            rounds,
+            "asyncio",
+        )
+        full.append(_row(n, a, b))
+
     return {
         "curves": curves,
+        "sessions_full": full,
         "growth": {
             name: _growth(
                 [r["x"] for r in rows],
@@ -298,7 +322,43 @@ def report(results: dict[str, Any]) -> str:
             + ".",
             "",
         ]
+    lines += _sessions_growth(results["curves"]["sessions"], results.get("sessions_full"))
     return "\n".join(lines)
+
+
+def _sessions_growth(rows: list[dict[str, Any]], full: list[dict[str, Any]] | None) -> list[str]:
+    """The cost per delivered event from the second-largest to the largest session
+    count (1,000 → 10,000), both sides, and the same with full replay windows."""
+
+    def growth(pair: list[dict[str, Any]], key: str) -> str:
+        return f"×{pair[0][key] / pair[1][key]:.2f}"
+
+    pair = rows[-2:]
+    span = f"{pair[0]['x']:,} → {pair[1]['x']:,} sessions"
+    target = " (target ≤ ×1.2)" if pair[1]["x"] == 10_000 else ""
+    lines = [
+        f"Cost per delivered event, {span}: toolstream {growth(pair, 'toolstream_per_s')}, "
+        f"raw {growth(pair, 'raw_per_s')}{target}.",
+        "",
+    ]
+    if full:
+        lines += [
+            "| sessions, replay windows full (each event drops an older one) "
+            "| toolstream ev/s | raw ev/s | **ratio** |",
+            "|---:|---:|---:|---:|",
+        ]
+        for r in full:
+            lines.append(
+                f"| {r['x']:,} | {r['toolstream_per_s']:,.0f} | {r['raw_per_s']:,.0f} "
+                f"| {shown(r)} |"
+            )
+        lines += [
+            "",
+            f"With full windows, {span}: toolstream {growth(full, 'toolstream_per_s')}, "
+            f"raw {growth(full, 'raw_per_s')}.",
+            "",
+        ]
+    return lines
 
 
 if __name__ == "__main__":
