@@ -11,6 +11,8 @@ import pytest
 
 import toolstream as ts
 from toolstream._core.build import EVENT_OVERHEAD, approx_size, plan
+from toolstream._core.bus import hot_publisher
+from toolstream._core.errors import BusClosed
 
 SAMPLES: dict[str, Any] = {
     "run_id": "r1",
@@ -52,20 +54,25 @@ ASSIGNED: dict[str, Any] = {"id": "abc-1", "ts": 1.5}
 def test_built_events_equal_the_classes_own(cls: type[ts.Event]) -> None:
     found = plan(cls)
     assert found is not None
-    build, build_tuple = found.build, found.build_tuple
-    assert build_tuple is not None
+    build = found.build
+    assert found.twin is not None
     names = [f.name for f in attrs.fields(cls)]
     full = {"session": "s", **{n: SAMPLES[n] for n in names if n in SAMPLES}}
     event, size = build(dict(full), "abc-1", 1.5)
     assert type(event) is cls
     assert event == cls(**full, **ASSIGNED)
     assert size >= EVENT_OVERHEAD
-    # The same from the values by position (what a tracker's hot paths pass).
+    # The same from the values by position, through the publisher an EventBus makes
+    # for the class (what a tracker's hot paths call), sized the same.
     order = found.fields
     assert set(order) == set(names) - {"id", "ts"}
     values = tuple(full.get(n, getattr(event, n)) for n in order)
-    same, same_size = build_tuple(values, "abc-1", 1.5)
-    assert same == event and same_size == size
+    bus = ts.EventBus()
+    same = hot_publisher(cls)(bus, *values)
+    assert type(same) is cls
+    assert same == cls(**full, id=same.id, ts=same.ts)
+    assert bus._logs["s"].sizes == [size]
+    assert bus._logs["s"].events == [same]
     # Fields left out take the class's defaults (factories called per event).
     bare, _ = build({"session": "s"}, "abc-1", 1.5)
     assert bare == cls(session="s", **ASSIGNED)
@@ -148,13 +155,24 @@ def test_size_follows_the_payload_and_publish_counts_identifiers() -> None:
 
 def test_generated_builders_show_their_source_in_tracebacks() -> None:
     found = plan(ts.ToolProgress)
-    assert found is not None and found.build_tuple is not None
-    with pytest.raises(IndexError) as caught:
-        found.build_tuple(("too", "few"), "a-1", 1.0)
+    assert found is not None
+    fields: dict[str, Any] = dict.fromkeys(found.fields)
+    del fields["tool"]
+    fields["tol"] = "t"  # as many fields as the class has, one of them misnamed
+    with pytest.raises(KeyError) as caught:
+        found.build(fields, "a-1", 1.0)
     frames = traceback.extract_tb(caught.value.__traceback__)
     generated = frames[-1]
-    assert generated.filename.startswith("<toolstream generated builders for ToolProgress")
-    assert generated.line and "f[" in generated.line, "the generated line is shown"
+    assert generated.filename.startswith("<toolstream generated builder for ToolProgress")
+    assert generated.line and "f['tool']" in generated.line, "the generated line is shown"
+    # The publishers a bus makes for the hot paths show theirs too.
+    bus = ts.EventBus()
+    bus.close()
+    with pytest.raises(BusClosed) as closed:
+        hot_publisher(ts.ToolProgress)(bus, *fields.values())
+    frames = traceback.extract_tb(closed.value.__traceback__)
+    assert frames[-1].filename.startswith("<toolstream generated publish_ToolProgress")
+    assert frames[-1].line and "BusClosed" in frames[-1].line
     with pytest.raises(TypeError) as bad:
         ts.to_dict(object())  # type: ignore[arg-type]
     assert "toolstream event" in str(bad.value)

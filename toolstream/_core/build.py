@@ -9,25 +9,24 @@ plain slot store), size the payload as they go, then give the object its real cl
 one pass, the same immutable event (checked against ``cls(**fields)`` in the tests),
 about a third of the cost of a store through each slot's descriptor.
 
-Each publishable class gets one :class:`EventPlan`, made once, with two builders, both
-called by the bus with the ``id`` and ``ts`` it assigns:
+Each publishable class gets one :class:`EventPlan`, made once, with:
 
-- ``build(fields, id, ts)`` takes the fields as a dict (``publish``, and trackers'
-  rarer events);
-- ``build_tuple(values, id, ts)`` takes them as a tuple in ``plan.fields`` order: a
-  tracker's hot paths (progress, streamed text) build no dict at all.
+- ``build(fields, id, ts)``, called by the bus with the ``id`` and ``ts`` it assigns,
+  the fields as a dict (``publish``, and trackers' rarer events);
+- ``stores``, the same builder's lines storing fields from locals named like them,
+  which the bus inlines in the publishers it makes for the trackers' hot paths
+  (progress, streamed text: no dict, no tuple, no call; see ``bus.hot_publisher``).
 
 Classes the generated code cannot build exactly like ``attrs`` would (validators,
 converters, ``__attrs_post_init__``, no slots, a default factory that takes ``self``)
-get a plan that calls ``cls(**fields)`` plus a separate size estimate, and no tuple
-builder.
+get a plan that calls ``cls(**fields)`` plus a separate size estimate, and no twin.
 """
 
 from __future__ import annotations
 
 import keyword
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import attrs
@@ -44,7 +43,6 @@ __all__ = [
     "plan",
     "plan_of",
     "prepare",
-    "tuple_builder",
 ]
 
 #: Approximate bytes of an event in a replay window before its text and JSON fields:
@@ -52,7 +50,6 @@ __all__ = [
 EVENT_OVERHEAD = 256
 
 Builder = Callable[[dict[str, Any], str, float], "tuple[Event, int]"]
-TupleBuilder = Callable[["tuple[Any, ...]", str, float], "tuple[Event, int]"]
 
 _SCALARS = (float, int, bool)
 _NUMERIC = frozenset(
@@ -103,15 +100,18 @@ class EventPlan:
     cls: type[Event]
     #: ``build(fields, id, ts) -> (event, size)``, fields as a dict.
     build: Builder
-    #: ``build_tuple(values, id, ts) -> (event, size)``, values in ``fields`` order;
-    #: None for classes built by their own ``__init__``.
-    build_tuple: TupleBuilder | None
     #: The fields a caller gives (all but ``id`` and ``ts``), in declaration order.
     fields: tuple[str, ...]
     #: Fields of a numeric type (sized only when a caller puts something else in them).
     numbers: tuple[str, ...] = ()
     defaults: dict[str, Any] = attrs.field(factory=dict)
     factories: dict[str, Callable[[], Any]] = attrs.field(factory=dict)
+    #: The building twin (None for classes built by their own ``__init__``).
+    twin: type | None = None
+    #: Source lines (indented once) storing every field into a twin instance ``event``
+    #: from locals named like the fields, sizing the payload into ``size``: what a
+    #: bus inlines in a publisher made for this class.
+    stores: tuple[str, ...] = ()
 
     def complete(self, fields: dict[str, Any]) -> None:
         """Check ``fields`` against the class (the errors ``cls(**fields)`` would raise,
@@ -138,7 +138,7 @@ class EventPlan:
         anything but a number in a numeric field."""
         for name in _ASSIGNED:
             fields.pop(name, None)
-        if self.build_tuple is None:
+        if self.twin is None:
             return 0  # built by the class's own __init__, sized field by field
         if not fields.keys() <= set(self.fields):
             self.complete(fields)  # raises, naming the unknown fields
@@ -160,7 +160,7 @@ def _generic(cls: type[Event]) -> EventPlan:
         return cls(**fields, id=id, ts=ts), size
 
     names = tuple(f.name for f in attrs.fields(cast(Any, cls)) if f.name not in _ASSIGNED)
-    return EventPlan(cls=cls, build=build, build_tuple=None, fields=names)
+    return EventPlan(cls=cls, build=build, fields=names)
 
 
 def _needs_own_init(cls: type[Event]) -> bool:
@@ -235,24 +235,7 @@ def _generate(cls: type[Event]) -> EventPlan:
         "_cls": cls,
         "_deep": deep_size,
     }
-    by_name, by_position = [], []
-    k = 0
-    for field in fields:
-        name = field.name
-        if name in _ASSIGNED:
-            by_name.append(f"    self.{name} = {name}")
-            by_position.append(f"    self.{name} = {name}")
-            continue
-        for lines, source in ((by_name, f"f[{name!r}]"), (by_position, f"f[{k}]")):
-            if name in _UNSIZED or field.type in _NUMERIC:
-                lines.append(f"    self.{name} = {source}")  # in the fixed overhead
-            else:
-                lines += [
-                    f"    v = self.{name} = {source}",
-                    "    if v.__class__ is str: size += len(v)",
-                    "    elif v is not None: size += _deep(v)",
-                ]
-        k += 1
+    by_name = _store_lines(fields, "self", lambda name: f"f[{name!r}]")
     start = ["    self = _new(_twin)", f"    size = {EVENT_OVERHEAD}"]
     end = ["    self.__class__ = _cls", "    return self, size"]
     source = "\n".join(
@@ -265,27 +248,49 @@ def _generate(cls: type[Event]) -> EventPlan:
             *start,
             *by_name,
             *end,
-            "def build_tuple(f, id, ts):",
-            *start,
-            *by_position,
-            *end,
             "",
         ]
     )
-    build, build_tuple = compile_functions(
-        source, namespace, what=f"builders for {cls.__qualname__}", names=("build", "build_tuple")
+    (build,) = compile_functions(
+        source, namespace, what=f"builder for {cls.__qualname__}", names=("build",)
     )
     plan = EventPlan(
         cls=cls,
         build=build,
-        build_tuple=build_tuple,
         fields=given,
         numbers=tuple(field.name for field in fields if field.type in _NUMERIC),
         defaults=defaults,
         factories=factories,
+        twin=twin,
+        stores=tuple(_store_lines(fields, "event", lambda name: name)),
     )
     namespace["_plan"] = plan
     return plan
+
+
+def _store_lines(
+    fields: Sequence[attrs.Attribute[Any]], target: str, source: Callable[[str], str]
+) -> list[str]:
+    """Source lines (indented once) storing every field of an event into ``target``
+    (an instance of the class's building twin): ``id`` and ``ts`` from the locals of
+    those names, the others from ``source(name)``, adding the payload fields' sizes to
+    the local ``size``."""
+    lines = []
+    for field in fields:
+        name = field.name
+        if name in _ASSIGNED:
+            lines.append(f"    {target}.{name} = {name}")
+            continue
+        value = source(name)
+        if name in _UNSIZED or field.type in _NUMERIC:
+            lines.append(f"    {target}.{name} = {value}")  # in the fixed overhead
+        else:
+            lines += [
+                f"    v = {target}.{name} = {value}",
+                "    if v.__class__ is str: size += len(v)",
+                "    elif v is not None: size += _deep(v)",
+            ]
+    return lines
 
 
 _PLANS: dict[type, EventPlan] = {}
@@ -313,15 +318,6 @@ def plan_of(event_type: type[Event]) -> EventPlan:
     if found is None:
         raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
     return found
-
-
-def tuple_builder(event_type: type[Event]) -> TupleBuilder:
-    """The builder by position of a lifecycle event class the generated code builds
-    (``TypeError`` for one built by its own ``__init__``)."""
-    built = plan_of(event_type).build_tuple
-    if built is None:
-        raise TypeError(f"{event_type.__qualname__} has no builder by position")
-    return built
 
 
 def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, int]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .approvals import Decision, check_timeout, new_approval_id
-from .build import tuple_builder
+from .bus import hot_publisher
 from .coalescer import NOTHING
 from .errors import BusClosed, LifecycleError
 from .events import (
@@ -48,8 +48,8 @@ UNSET: Final[Any] = object()
 # Internal state codes: order is the lifecycle order.
 NEW, CREATED, READY, AWAITING, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4, 5
 
-# A tracked progress event's builder (values in ToolProgress's field order).
-_PROGRESS_BUILDER = tuple_builder(ToolProgress)
+# An EventBus's publisher of progress events (values in ToolProgress's field order).
+_PUBLISH_PROGRESS = hot_publisher(ToolProgress)
 
 #: The events that may open a call, and so carry its title.
 _TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
@@ -371,25 +371,25 @@ class CallHandle:
                     },
                 )
                 return
-            # The event's values in one tuple, in ToolProgress's field order.
-            values = (
-                t.session,
-                self.run_id,
-                self.call_id,
-                self.tool,
-                self.parent_call_id,
-                fraction,
-                current,
-                total,
-                message,
-                data,
-            )
             fast = t._fast
-            if fast is None:
-                t._emit_values(ToolProgress, values)
+            if fast is None:  # another bus: its publish(), the values in field order
+                envelope = (t.session, self.run_id, self.call_id, self.tool, self.parent_call_id)
+                t._emit_values(ToolProgress, (*envelope, fraction, current, total, message, data))
                 return
-            try:  # what _emit_values does, without its call: the hot path of a tool
-                fast._publish(_PROGRESS_BUILDER, t.session, values)
+            try:  # the hot path of a running tool: the publisher made for ToolProgress
+                _PUBLISH_PROGRESS(
+                    fast,
+                    t.session,
+                    self.run_id,
+                    self.call_id,
+                    self.tool,
+                    self.parent_call_id,
+                    fraction,
+                    current,
+                    total,
+                    message,
+                    data,
+                )
             except BusClosed:
                 t._bus_gone()
         finally:

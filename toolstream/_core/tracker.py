@@ -22,8 +22,8 @@ import anyio
 from typing_extensions import ParamSpec, Self
 
 from .approvals import CANCELLED_BY, TIMEOUT_BY, Decision, decision_of
-from .build import plan_of, tuple_builder
-from .bus import Bus, EventBus
+from .build import plan_of
+from .bus import Bus, EventBus, hot_publisher
 from .coalescer import Coalescer
 from .errors import (
     ApprovalAlreadyResolved,
@@ -83,8 +83,9 @@ if (
     or any(plan_of(cls).fields != fields for cls, fields in _MESSAGE_FIELDS.items())
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
-_TUPLE_BUILDERS = {
-    cls: tuple_builder(cls) for cls in (ToolProgress, ToolOutputDelta, *_MESSAGE_FIELDS)
+# The EventBus publishers of the events trackers pass by position (values in field order).
+_HOT_PUBLISHERS = {
+    cls: hot_publisher(cls) for cls in (ToolProgress, ToolOutputDelta, *_MESSAGE_FIELDS)
 }
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
@@ -672,7 +673,7 @@ class Tracker:
         fast = self._fast
         try:
             if fast is not None:
-                fast._publish(_TUPLE_BUILDERS[cls], self.session, values)
+                _HOT_PUBLISHERS[cls](fast, *values)
             else:
                 fields = plan_of(cls).fields
                 self.bus.publish(cls, **dict(zip(fields, values, strict=True)))
