@@ -11,8 +11,8 @@ import pytest
 
 import toolstream as ts
 from toolstream._core.build import EVENT_OVERHEAD, approx_size, plan
-from toolstream._core.bus import hot_publisher
 from toolstream._core.errors import BusClosed
+from toolstream._core.publishers import hot_publisher
 
 SAMPLES: dict[str, Any] = {
     "run_id": "r1",

@@ -16,21 +16,21 @@ import secrets
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, cast, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import attrs
 from typing_extensions import Self, deprecated
 
 from .approvals import Decision
 from .arbiter import Arbiter
-from .build import EVENT_OVERHEAD, deep_size, plan_of, prepare
-from .codegen import compile_functions
+from .build import prepare
 from .errors import (
     BusClosed,
 )
-from .events import ApprovalRequested, ApprovalResolved, Event, Snapshot, StreamReset
+from .events import ApprovalResolved, Event, Snapshot, StreamReset
 from .ids import compare_ids, make_id
 from .payload import PayloadPolicy, default_policy
+from .publishers import publish_built
 from .snapshots import DEFAULT_RESET_BYTES, FIELD_BYTES
 from .start import (
     Origin,
@@ -54,8 +54,6 @@ E = TypeVar("E", bound=Event)
 E1 = TypeVar("E1", bound=Event)
 E2 = TypeVar("E2", bound=Event)
 E3 = TypeVar("E3", bound=Event)
-
-_APPROVAL_EVENTS = frozenset({ApprovalRequested, ApprovalResolved})
 
 
 @runtime_checkable
@@ -138,120 +136,6 @@ class BusStats(FeederStats):
     ``SlowConsumer``, ``resets`` delivered because a cursor could not be served."""
 
     published: int = 0
-
-
-# -- publishing: one template for every way of building an event ----------------------
-#
-# What publishing does once the event is built (next id, append to the session's log,
-# trim, wake the waiting consumers) is written once, here, and compiled into each
-# publisher: the generic one, which calls a builder of the event's plan, and one per
-# class on the trackers' hot paths (progress, output text, message text), which stores
-# the fields itself (the builder's own lines, ``EventPlan.stores``) — one frame, no tuple
-# of values, no (event, size) pair: ~0.4 us less per tracked event.
-# acquire/release rather than ``with``: half the interpreter work on this path.
-_PUBLISHER = """\
-def {name}(self, {params}):
-    lock = self._lock
-    lock.acquire()
-    try:
-        feeder = self._feeder
-        if feeder.closed:
-            raise BusClosed("the bus is closed")
-        seq = self._seq + 1
-        ts = self._clock()
-        id = f"{{self._prefix}}{{seq}}"
-{build}
-        self._seq = seq
-        log = self._logs.get(session)
-        if log is None:
-            log = self._new_log(session)
-        log.events.append(event)
-        log.sizes.append(size)
-        log.nbytes += size
-        log.last_ts = ts
-        self._bytes += size
-{observe}
-        wakes = log.waiters
-        if wakes:
-            wakes = log.take_waiters()
-        everything = self._all
-        if everything is not None:
-            self._append(everything, event, size)
-            if everything.waiters:
-                wakes = wakes + everything.take_waiters()
-            if len(everything.events) > self._high:
-                self._trim_to(everything, everything.end - self.replay)
-        if len(log.events) > self._high:
-            self._trim_to(log, log.end - self.replay)
-        if self._bytes > self.replay_bytes:
-            self._trim_bytes()
-        if ts > self._next_sweep:
-            self._sweep(ts)
-        if feeder.wakes:
-            wakes = wakes + feeder.take_wakes()
-    finally:
-        lock.release()
-    if wakes:
-        wake_all(wakes)
-    return event
-"""
-_OBSERVE = """\
-        if type(event) in _APPROVAL_EVENTS:
-            self._arbiter.book.observe(event)"""
-# Names the template uses: a class whose fields take one of them gets no publisher.
-_TEMPLATE_NAMES = frozenset(
-    {"self", "lock", "feeder", "seq", "log", "wakes", "everything", "event", "size", "v"}
-)
-
-
-def _compile_publisher(
-    name: str, params: str, build: str, observe: str, namespace: dict[str, Any]
-) -> Callable[..., Event]:
-    source = _PUBLISHER.format(name=name, params=params, build=build, observe=observe)
-    namespace.update(BusClosed=BusClosed, _APPROVAL_EVENTS=_APPROVAL_EVENTS, wake_all=wake_all)
-    (publisher,) = compile_functions(source, namespace, what=name, names=(name,))
-    return cast("Callable[..., Event]", publisher)
-
-
-#: ``_publish_built(bus, build, session, values, extra)``: the event made by ``build``
-#: (a builder of its plan) from ``values``, published; ``extra`` is added to its size.
-_publish_built = _compile_publisher(
-    "publish_built",
-    "build, session, values, extra",
-    "        event, size = build(values, id, ts)\n        size += extra",
-    _OBSERVE,
-    {},
-)
-
-_PUBLISHERS: dict[type[Event], Callable[..., Event]] = {}
-
-
-def hot_publisher(cls: type[Event]) -> Callable[..., Event]:
-    """``publish(bus, *values)``: publish an event of ``cls`` on an ``EventBus`` from its
-    fields in ``plan_of(cls).fields`` order (``session`` first), the fields stored in
-    the same frame as the append; trackers call it on their hot paths, with values
-    they checked already. Only for the lifecycle classes the generated code builds
-    (``TypeError`` otherwise)."""
-    made = _PUBLISHERS.get(cls)
-    if made is not None:
-        return made
-    found = plan_of(cls)
-    if found.twin is None or not _TEMPLATE_NAMES.isdisjoint(found.fields):
-        raise TypeError(f"no hot-path publisher for {cls.__qualname__}")
-    build = "\n".join(
-        [
-            "        event = _new(_twin)",
-            f"        size = {EVENT_OVERHEAD}",
-            *("    " + line for line in found.stores),
-            "        event.__class__ = _cls",
-        ]
-    )
-    observe = _OBSERVE if cls in _APPROVAL_EVENTS else ""
-    namespace = {"_new": object.__new__, "_twin": found.twin, "_cls": cls, "_deep": deep_size}
-    made = _PUBLISHERS[cls] = _compile_publisher(
-        f"publish_{cls.__name__}", ", ".join(found.fields), build, observe, namespace
-    )
-    return made
 
 
 class _Seqs:
@@ -380,11 +264,11 @@ class EventBus:
         ``publish`` checks holds for them already (a lifecycle class, a non-empty
         session checked when the tracker was made, the class's own fields). ``extra``
         is added to the event's size estimate."""
-        return _publish_built(self, build, session, values, extra)
+        return publish_built(self, build, session, values, extra)
 
-    def _seq_of(self, event: Event) -> int:
-        """The sequence number of an event of this bus (the number in its id)."""
-        return int(event.id[len(self._prefix) :])
+    def _seqs(self, log: Log) -> _Seqs:
+        """The sequence numbers of ``log``'s events (the numbers in their ids)."""
+        return _Seqs(log.events, len(self._prefix))
 
     def _new_log(self, session: str) -> Log:
         # Its view (the session's state before the replay window) is made when events
@@ -433,7 +317,7 @@ class EventBus:
         if log.session is not None:  # the all-sessions log has no view
             self._view_of(log).fold(log.events[:k])
         freed = sum(log.sizes[:k])
-        log.trimmed_seq = self._seq_of(log.events[k - 1])
+        log.trimmed_seq = self._seqs(log)[k - 1]
         del log.events[:k]
         del log.sizes[:k]
         log.base = target
@@ -479,7 +363,7 @@ class EventBus:
     def _forget(self, session: str, log: Log) -> None:
         del self._logs[session]
         self._bytes -= log.nbytes
-        last = self._seq_of(log.events[-1]) if log.events else log.trimmed_seq
+        last = self._seqs(log)[-1] if log.events else log.trimmed_seq
         self._forgotten_seq = max(self._forgotten_seq, last)
 
     def _released(self, log: Log) -> None:
@@ -503,7 +387,7 @@ class EventBus:
         # this read only; the log gets its own when it first trims).
         return Retained(
             log.events,
-            _Seqs(log.events, len(self._prefix)),
+            self._seqs(log),
             log.view if log.view is not None else self._new_view(),
             log.trimmed_seq,
             cache=log.resets,
@@ -736,7 +620,7 @@ class EventBus:
         index = None
         if request.after is not None:
             index = cursor_index(
-                _Seqs(log.events, len(self._prefix)),
+                self._seqs(log),
                 request.after,
                 epoch=self.epoch,
                 floor=log.trimmed_seq,

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .approvals import Decision, check_timeout, new_approval_id
-from .bus import hot_publisher
 from .coalescer import NOTHING
 from .errors import BusClosed, LifecycleError
 from .events import (
@@ -34,6 +33,7 @@ from .events import (
     ToolStarted,
 )
 from .jsonenc import safe_text
+from .publishers import hot_publisher
 from .redaction import ArgsRedactor, TextRedactor
 from .summaries import APPROVAL, CANCELLED, ERROR, RESULT, START
 

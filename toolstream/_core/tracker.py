@@ -23,7 +23,7 @@ from typing_extensions import ParamSpec, Self
 
 from .approvals import CANCELLED_BY, TIMEOUT_BY, Decision, decision_of
 from .build import plan_of
-from .bus import Bus, EventBus, hot_publisher
+from .bus import Bus, EventBus
 from .coalescer import Coalescer
 from .errors import (
     ApprovalAlreadyResolved,
@@ -52,6 +52,7 @@ from .handle import AWAITING, DONE, NEW, RUNNING, Ask, CallHandle
 from .jsonenc import is_utf8
 from .message import MessageHandle, check_role
 from .payload import PayloadPolicy, default_policy
+from .publishers import hot_publisher
 from .scopes import (
     Batch,
     CallScope,
