@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.redis_server import PortTaken, free_port, start_on_a_free_port
+from tests.redis_server import PortTaken, free_low_port, free_port, start_on_a_free_port
 
 NATS_SERVER = shutil.which("nats-server") or (
     "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
@@ -89,6 +89,9 @@ class NatsServer:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
+        if self.proc.poll() is None:  # never answered: do not leave it running
+            self.proc.kill()
+        self.proc.wait()
         log = self.log()[-2000:]
         taken = f"127.0.0.1:{self.port}" in log and "address already in use" in log.lower()
         if self._may_move and self.proc.poll() is not None and taken:
@@ -122,7 +125,9 @@ class NatsCluster:
     """Three nats-servers routed into one JetStream cluster (for R3 streams)."""
 
     def __init__(self, directory: Path) -> None:
-        cluster_ports = [free_port() for _ in range(3)]
+        # Route ports below the ephemeral range: no client connection takes one before
+        # its server binds it (the routes are fixed, so a node cannot move).
+        cluster_ports = free_low_port(3)
         self.servers = []
         for i in range(3):
             d = directory / f"n{i + 1}"
@@ -137,9 +142,14 @@ class NatsCluster:
         return [s.url for s in self.servers]
 
     def start(self) -> None:
-        for server in self.servers:
-            server.start()
-        self.wait_ready()
+        """Start the three servers; on any failure, stop what started."""
+        try:
+            for server in self.servers:
+                server.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(self, within: float = 30.0) -> None:
         """Wait until the cluster has elected its JetStream meta leader."""

@@ -34,14 +34,16 @@ class PortTaken(Exception):
     """The free port chosen for a server was taken before it could bind it."""
 
 
-def start_on_a_free_port(server: Any, start: Callable[[], None]) -> None:
+def start_on_a_free_port(
+    server: Any, start: Callable[[], None], pick: Callable[[], int] = free_port
+) -> None:
     """``start()`` the server; if the port it chose was taken meanwhile (``PortTaken``),
-    choose another (five tries). A restart keeps its port: clients know it."""
+    ``pick()`` another (five tries). A restart keeps its port: clients know it."""
     for _ in range(5):
         try:
             start()
         except PortTaken:
-            server.port = free_port()
+            server.port = pick()
             continue
         server._may_move = False
         return
@@ -51,10 +53,13 @@ def start_on_a_free_port(server: Any, start: Callable[[], None]) -> None:
 class RedisServer:
     """One redis-server process with an append-only file, so a restart keeps the data."""
 
-    def __init__(self, directory: Path, *, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, port: int | None = None, pick: Callable[[], int] = free_port
+    ) -> None:
         assert REDIS_SERVER is not None
         self.directory = directory
-        self.port = port or free_port()
+        self._pick = pick
+        self.port = port or pick()
         # A port chosen here may be taken by another process before the server binds
         # it (a client's ephemeral port): the first start then tries another.
         self._may_move = port is None
@@ -65,7 +70,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, *, persist: bool = True, extra: list[str] | None = None) -> None:
-        start_on_a_free_port(self, lambda: self._start(persist=persist, extra=extra))
+        start_on_a_free_port(self, lambda: self._start(persist=persist, extra=extra), self._pick)
 
     def _start(self, *, persist: bool, extra: list[str] | None) -> None:
         assert REDIS_SERVER is not None
@@ -103,6 +108,9 @@ class RedisServer:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
+        if self.proc.poll() is None:  # never answered: do not leave it running
+            self.proc.kill()
+        self.proc.wait()
         log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
         if self._may_move and self.proc.poll() is not None and "Address already in use" in log:
             (self.directory / "redis.log").unlink()
@@ -150,20 +158,35 @@ class RedisServer:
         self.start()
 
 
-def free_cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too."""
+def free_low_port(count: int = 1, *, also: int | None = None) -> list[int]:
+    """``count`` distinct free ports below Linux's ephemeral range (32768 up), so no
+    client's outgoing connection takes one between this check and a server's bind
+    (another listener still may). With ``also``, port + ``also`` is free too."""
     import random
 
-    for _ in range(200):
-        port = random.randint(20_000, 45_000)
+    found: list[int] = []
+    for _ in range(200 * count):
+        port = random.randint(10_000, 22_000)
+        if port in found:
+            continue
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10_000))
-            return port
+                if also is not None:
+                    b.bind(("127.0.0.1", port + also))
         except OSError:
             continue
-    raise RuntimeError("no free port pair for a Redis cluster node")
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"no {count} free ports below the ephemeral range")
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too, both below the
+    ephemeral range; if another listener takes one before the bind, the node moves
+    (``start_on_a_free_port``)."""
+    return free_low_port(also=10_000)[0]
 
 
 class RedisClusterServers:
@@ -177,13 +200,22 @@ class RedisClusterServers:
         for i in range(3 * (1 + replicas)):
             d = directory / f"r{i}"
             d.mkdir(parents=True, exist_ok=True)
-            self.nodes.append(RedisServer(d, port=free_cluster_port()))
+            self.nodes.append(RedisServer(d, pick=free_cluster_port))
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.nodes[0].port}/0"
 
     def start(self) -> None:
+        """Start the nodes and create the cluster; on any failure, stop what started
+        (no redis-server outlives a failed fixture)."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         for node in self.nodes:
             node.start(
                 extra=[
