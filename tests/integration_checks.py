@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import anyio
 
 import toolstream as ts
 from tests.interop.sessions import run_node_checks, wire
@@ -19,6 +22,26 @@ def events_of(bus: ts.EventBus, session: str = "s") -> list[ts.Event]:
 def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
     """The wire names of one call's events."""
     return [e.type for e in events_of(bus) if e.call_id == call_id]
+
+
+async def cancel_once_running(
+    bus: ts.EventBus, call_id: str, run: Callable[[], Awaitable[object]], session: str = "s"
+) -> None:
+    """Run ``run()`` and cancel it as soon as the call ``call_id`` has started (its
+    ``tool.started`` is on the bus). A fixed delay races a loaded machine: the tool
+    may not have started yet."""
+    async with bus.subscribe(ts.ToolStarted, session=session) as started:
+        async with anyio.create_task_group() as tg:
+
+            async def go() -> None:
+                await run()
+
+            tg.start_soon(go)
+            with anyio.fail_after(30):
+                async for event in started:
+                    if event.call_id == call_id:
+                        break
+            tg.cancel_scope.cancel()
 
 
 def ai_sdk_part_states(events: list[ts.Event]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from google.genai import types
 import toolstream as ts
 from tests.integration_checks import (
     ai_sdk_part_states,
+    cancel_once_running,
     events_of,
     import_error_names_the_extra,
     types_of,
@@ -152,8 +153,9 @@ async def test_a_tool_that_raises_ends_failed_and_so_does_the_run() -> None:
 async def test_a_run_cancelled_mid_tool_cancels_the_call() -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
-    with anyio.move_on_after(0.3):
-        await run(tracker, [("slow", {"seconds": 30}, "call_s")])
+    await cancel_once_running(
+        bus, "call_s", lambda: run(tracker, [("slow", {"seconds": 30}, "call_s")])
+    )
     tracker.close()
     assert types_of(bus, "call_s")[-1] == "tool.cancelled"
     assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["cancelled"]

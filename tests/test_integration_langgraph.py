@@ -23,6 +23,7 @@ from langgraph.types import interrupt
 import toolstream as ts
 from tests.integration_checks import (
     ai_sdk_part_states,
+    cancel_once_running,
     events_of,
     import_error_names_the_extra,
     types_of,
@@ -190,8 +191,9 @@ async def test_a_run_cancelled_mid_tool_cancels_the_call() -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
     graph = make_graph([first("slow", "call_s", '{"seconds": 30}')])
-    with anyio.move_on_after(0.5):
-        await drain(tracker, graph, {"messages": [("user", "go")]})
+    await cancel_once_running(
+        bus, "call_s", lambda: drain(tracker, graph, {"messages": [("user", "go")]})
+    )
     tracker.close()
     assert types_of(bus, "call_s")[-1] == "tool.cancelled"
     assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["cancelled"]

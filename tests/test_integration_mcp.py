@@ -14,7 +14,12 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import toolstream as ts
-from tests.integration_checks import events_of, import_error_names_the_extra, types_of
+from tests.integration_checks import (
+    cancel_once_running,
+    events_of,
+    import_error_names_the_extra,
+    types_of,
+)
 from toolstream.integrations.mcp import call_tool, elicitation_callback, report_progress
 from toolstream.testing import assert_lifecycle
 
@@ -102,8 +107,9 @@ async def test_a_cancelled_call_is_cancelled_on_both_sides() -> None:
     tracker = ts.Tracker(bus, "s")
     cancelled_on_the_server.clear()
     async with Client(server) as client:
-        with anyio.move_on_after(0.3):
-            await call_tool(tracker, client, "slow", {"seconds": 30}, call_id="c3")
+        await cancel_once_running(
+            bus, "c3", lambda: call_tool(tracker, client, "slow", {"seconds": 30}, call_id="c3")
+        )
         with anyio.fail_after(5):
             while not cancelled_on_the_server:  # noqa: ASYNC110 - set by the server's task
                 await anyio.sleep(0.01)

@@ -16,6 +16,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 import toolstream as ts
 from tests.integration_checks import (
     ai_sdk_part_states,
+    cancel_once_running,
     events_of,
     import_error_names_the_extra,
     types_of,
@@ -149,8 +150,7 @@ async def test_a_run_cancelled_mid_tool_cancels_the_call() -> None:
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
     agent = agent_with([function_call("slow", {"seconds": 30}, call_id="call_s")])
-    with anyio.move_on_after(0.5):
-        await run(tracker, agent, "go")
+    await cancel_once_running(bus, "call_s", lambda: run(tracker, agent, "go"))
     tracker.close()
     assert types_of(bus, "call_s")[-1] == "tool.cancelled"
     assert [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)] == ["cancelled"]
