@@ -611,6 +611,53 @@ def test_reports_from_many_threads_keep_the_lifecycle(bus: ts.EventBus) -> None:
     assert sorted(e.call_id for e in terminals) == sorted(h.call_id for h in calls)
 
 
+def test_lock_free_progress_keeps_to_the_lifecycle(
+    bus: ts.EventBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a call runs, progress skips the tracker's lock (the bus's lock orders it
+    against the call's start and end): threads reporting progress while another starts
+    and ends the call never put a progress before ``tool.started`` or after the
+    terminal event, and what arrives late is a violation, as on the locked path."""
+    import sys
+
+    caplog.set_level(logging.ERROR, logger="toolstream")
+    sub = bus.subscribe(session="s", buffer=1_000_000)
+    tracker = ts.Tracker(bus, "s")
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # interleave the threads as finely as possible
+    try:
+        for _ in range(30):
+            call = tracker.create("t")
+            go = threading.Barrier(4)
+
+            def report(call: ts.CallHandle = call, go: threading.Barrier = go) -> None:
+                go.wait()
+                for k in range(100):
+                    call.progress(k / 100)
+
+            def run(call: ts.CallHandle = call, go: threading.Barrier = go) -> None:
+                go.wait()
+                call.start({})
+                time.sleep(0)
+                call.complete(1)
+
+            threads = [threading.Thread(target=report) for _ in range(3)]
+            threads.append(threading.Thread(target=run))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(before)
+    events = sub.take_nowait()
+    assert_lifecycle(events)
+    progress = [e for e in events if isinstance(e, ts.ToolProgress)]
+    assert progress, "some progress got through"
+    # each report published or dropped; a start() after a progress started the call
+    # is a violation too
+    assert 30 * 300 <= len(progress) + tracker.violations <= 30 * 300 + 30
+
+
 async def test_reports_from_a_thread_with_its_own_loop(bus: ts.EventBus, rec: Recorder) -> None:
     tracker = ts.Tracker(bus, "s")
 

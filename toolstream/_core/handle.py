@@ -48,8 +48,10 @@ UNSET: Final[Any] = object()
 # Internal state codes: order is the lifecycle order.
 NEW, CREATED, READY, AWAITING, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4, 5
 
-# An EventBus's publisher of progress events (values in ToolProgress's field order).
+# An EventBus's publisher of progress events (values in ToolProgress's field order),
+# and the same checking the call's lock-free path first (``CallHandle._hot``).
 _PUBLISH_PROGRESS = hot_publisher(ToolProgress)
+_PUBLISH_PROGRESS_HOT = hot_publisher(ToolProgress, guarded=True)
 
 #: The events that may open a call, and so carry its title.
 _TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
@@ -103,6 +105,7 @@ class CallHandle:
         "_args_parts",
         "_args_redactor",
         "_args_sent",
+        "_hot",
         "_out_redactor",
         "_published_args",
         "_started",
@@ -156,6 +159,12 @@ class CallHandle:
         #: The assistant message the call belongs to, if known.
         self.parent_id: str | None = None
         self._state = NEW
+        # True while progress may skip the tracker's lock: running, tool.started out,
+        # published as it comes (no coalescing, an EventBus). Set after tool.started is
+        # published and cleared before anything ends the call, both in the tracker's
+        # lock; read again in the bus's lock by the guarded publisher, so a progress
+        # never precedes tool.started nor follows the terminal event.
+        self._hot = False
         self._terminal_state = CallState.COMPLETED
         self._args: Any = UNSET
         # The shared empty tuple until the first fragment: most calls get their
@@ -319,6 +328,8 @@ class CallHandle:
             fields["args"] = published
             fields["summary"] = summary
         self._emit(ToolStarted, first, **fields)
+        t = self._tracker
+        self._hot = t._fast is not None and t._coalescer is None
 
     def progress(
         self,
@@ -347,6 +358,31 @@ class CallHandle:
                 message = known if known is not None else t.payload.text(message)
             if data is not None:
                 data = t._value(data)
+            if self._hot:  # running and published as it comes: no tracker lock needed
+                try:
+                    if (
+                        _PUBLISH_PROGRESS_HOT(
+                            t._fast,
+                            self,
+                            t.session,
+                            self.run_id,
+                            self.call_id,
+                            self.tool,
+                            self.parent_call_id,
+                            fraction,
+                            current,
+                            total,
+                            message,
+                            data,
+                        )
+                        is not None
+                    ):
+                        return
+                except BusClosed:
+                    with t._lock:
+                        t._bus_gone()
+                    return
+                # no longer hot (ending meanwhile): the checks below, in the lock
         lock = t._lock
         lock.acquire()  # not ``with``, and _report inlined: the hot path of a running tool
         try:
@@ -613,6 +649,7 @@ class CallHandle:
             return  # refused on the bus meanwhile: the call ended there (tool.denied)
         if self._state == NEW:
             self._start_locked(UNSET, None)
+        self._hot = False  # before anything that ends the call: no progress follows it
         self._flush(final=True)
         duration = self.duration_s
         self._state = DONE
@@ -624,6 +661,7 @@ class CallHandle:
     def _end_silently(self, state: CallState) -> None:
         """End a call that was never announced, publishing nothing (a later report on it
         is then a violation, rather than a call nobody closes)."""
+        self._hot = False
         self._state = DONE
         self._terminal_state = state
         self._tracker._forget(self)

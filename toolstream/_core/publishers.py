@@ -33,6 +33,7 @@ def {name}(self, {params}):
     lock = self._lock
     lock.acquire()
     try:
+{guard}
         feeder = self._feeder
         if feeder.closed:
             raise BusClosed("the bus is closed")
@@ -77,16 +78,28 @@ def {name}(self, {params}):
 _OBSERVE = """\
         if type(event) in APPROVAL_EVENTS:
             self._arbiter.book.observe(event)"""
+# A guarded publisher's first step, in the bus's lock: a call that is not (or no longer)
+# on its lock-free path publishes nothing and returns None (its caller then takes the
+# tracker's lock and its checks). See CallHandle.progress.
+_GUARD = """\
+        if not handle._hot:
+            return None"""
 # Names the template uses: a class whose fields take one of them gets no publisher.
 _TEMPLATE_NAMES = frozenset(
     {"self", "lock", "feeder", "seq", "log", "wakes", "everything", "event", "size", "v"}
+    | {"handle"}
 )
 
 
 def _compile_publisher(
-    name: str, params: str, build: str, observe: str, namespace: dict[str, Any]
+    name: str,
+    params: str,
+    build: str,
+    observe: str,
+    namespace: dict[str, Any],
+    guard: str = "",
 ) -> Callable[..., Event]:
-    source = _PUBLISHER.format(name=name, params=params, build=build, observe=observe)
+    source = _PUBLISHER.format(name=name, params=params, build=build, observe=observe, guard=guard)
     namespace.update(BusClosed=BusClosed, APPROVAL_EVENTS=APPROVAL_EVENTS, wake_all=wake_all)
     (publisher,) = compile_functions(source, namespace, what=name, names=(name,))
     return cast("Callable[..., Event]", publisher)
@@ -102,16 +115,20 @@ publish_built = _compile_publisher(
     {},
 )
 
-_PUBLISHERS: dict[type[Event], Callable[..., Event]] = {}
+_PUBLISHERS: dict[tuple[type[Event], bool], Callable[..., Event]] = {}
 
 
-def hot_publisher(cls: type[Event]) -> Callable[..., Event]:
+def hot_publisher(cls: type[Event], *, guarded: bool = False) -> Callable[..., Event]:
     """``publish(bus, *values)``: publish an event of ``cls`` on an ``EventBus`` from its
     fields in ``plan_of(cls).fields`` order (``session`` first), the fields stored in
     the same frame as the append; trackers call it on their hot paths, with values
     they checked already. Only for the lifecycle classes the generated code builds
-    (``TypeError`` otherwise)."""
-    made = _PUBLISHERS.get(cls)
+    (``TypeError`` otherwise).
+
+    ``guarded``: ``publish(bus, handle, *values)`` first checks, in the bus's lock,
+    that ``handle._hot`` is still true, and publishes nothing (returns None) otherwise:
+    a call's lock-free path, whose state changes are ordered by that same lock."""
+    made = _PUBLISHERS.get((cls, guarded))
     if made is not None:
         return made
     found = plan_of(cls)
@@ -127,7 +144,9 @@ def hot_publisher(cls: type[Event]) -> Callable[..., Event]:
     )
     observe = _OBSERVE if cls in APPROVAL_EVENTS else ""
     namespace = {"_new": object.__new__, "_twin": found.twin, "_cls": cls, "_deep": deep_size}
-    made = _PUBLISHERS[cls] = _compile_publisher(
-        f"publish_{cls.__name__}", ", ".join(found.fields), build, observe, namespace
+    params = ", ".join(("handle", *found.fields) if guarded else found.fields)
+    name = f"publish_{cls.__name__}{'_guarded' if guarded else ''}"
+    made = _PUBLISHERS[(cls, guarded)] = _compile_publisher(
+        name, params, build, observe, namespace, _GUARD if guarded else ""
     )
     return made
