@@ -30,18 +30,20 @@ async def cancel_once_running(
     """Run ``run()`` and cancel it as soon as the call ``call_id`` has started (its
     ``tool.started`` is on the bus). A fixed delay races a loaded machine: the tool
     may not have started yet."""
-    async with bus.subscribe(ts.ToolStarted, session=session) as started:
-        async with anyio.create_task_group() as tg:
 
-            async def go() -> None:
-                await run()
+    async def go() -> None:
+        await run()
 
-            tg.start_soon(go)
-            with anyio.fail_after(30):
-                async for event in started:
-                    if event.call_id == call_id:
-                        break
-            tg.cancel_scope.cancel()
+    async with (
+        bus.subscribe(ts.ToolStarted, session=session) as started,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(go)
+        with anyio.fail_after(30):
+            async for event in started:
+                if event.call_id == call_id:
+                    break
+        tg.cancel_scope.cancel()
 
 
 def ai_sdk_part_states(events: list[ts.Event]) -> dict[str, str]:

@@ -185,3 +185,35 @@ def test_publish_refuses_identifiers_that_are_not_text() -> None:
     with pytest.raises(ValueError, match="tool"):
         bus.publish(ts.ToolStarted, session="s", call_id="c", tool=3)
     assert bus.stats.published == 0
+
+
+def test_a_guarded_publisher_publishes_only_for_a_hot_handle() -> None:
+    """The lock-free progress path: the guard is read in the bus's lock, and a handle
+    that is no longer hot gets None and nothing published (its caller takes the
+    tracker's lock)."""
+    bus = ts.EventBus()
+    call = ts.Tracker(bus, "s").create("t")
+    values = ("s", None, call.call_id, "t", None, 0.5, None, None, "step", None)
+    publish = hot_publisher(ts.ToolProgress, guarded=True)
+    assert publish is hot_publisher(ts.ToolProgress, guarded=True)
+    assert publish is not hot_publisher(ts.ToolProgress)
+
+    def hot() -> bool:
+        return call._hot
+
+    assert not hot()  # announced, not running
+    assert publish(bus, call, *values) is None
+    assert [e.type for e in bus._logs["s"].events] == ["tool.created"]
+    call.start()
+    assert hot()
+    event = publish(bus, call, *values)
+    assert isinstance(event, ts.ToolProgress) and event.fraction == 0.5
+    call.complete()
+    assert not hot()
+    assert publish(bus, call, *values) is None
+    assert [e.type for e in bus._logs["s"].events] == [
+        "tool.created",
+        "tool.started",
+        "tool.progress",
+        "tool.completed",
+    ]
