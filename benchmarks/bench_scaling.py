@@ -12,9 +12,11 @@ Plots go to docs/images/bench-*.png (``plot()``), the numbers to results.json.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
+from collections import deque
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,35 @@ from benchmarks._common import (
     running_call,
     shown,
 )
+
+
+class CollectorTime:
+    """Seconds the garbage collector ran while active (its own ``gc.callbacks``), and
+    full collections: what grows with the number of sessions (docs/decisions.md)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.full += info["generation"] == 2
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+#: ``(elapsed, collector seconds, full collections)`` of each timed sessions round, by
+#: side and session count (filled by ``run()`` for the last two counts).
+Timings = dict[tuple[str, int], list[tuple[float, float, int]]]
 
 
 async def _drain_sub(sub: ts.Subscription[Any], events: int, done: Any) -> None:
@@ -90,10 +121,13 @@ async def payload_raw(size: int, events: int) -> float:
     return events / elapsed
 
 
-async def sessions_toolstream(sessions: int, events: int, *, full: bool = False) -> float:
+async def sessions_toolstream(
+    sessions: int, events: int, *, full: bool = False, timings: Timings | None = None
+) -> float:
     """``full``: every session's replay window is full before the timing starts (a
     small window, filled by a warm-up), so each event published drops an older one:
-    the steady state of a long-running gateway rather than windows filling up."""
+    the steady state of a long-running gateway rather than windows filling up.
+    ``timings``: where to record the round's elapsed and collector time."""
     replay = 8 if full else BURST * 4
     bus = ts.EventBus(replay=replay, replay_bytes=2**30)
     calls = []
@@ -122,10 +156,15 @@ async def sessions_toolstream(sessions: int, events: int, *, full: bool = False)
         if warm:
             await publish(warm)
             await anyio.sleep(0.2)
-        start = time.perf_counter()
-        await publish(per)
-        await countdown.done.wait()
-        elapsed = time.perf_counter() - start
+        with CollectorTime() as collector:
+            start = time.perf_counter()
+            await publish(per)
+            await countdown.done.wait()
+            elapsed = time.perf_counter() - start
+    if timings is not None:
+        timings.setdefault(("toolstream", sessions), []).append(
+            (elapsed, collector.seconds, collector.full)
+        )
     assert bus.stats.coalesced == 0, bus.stats
     assert bus.stats.cut == 0, bus.stats
     for sub in subs:
@@ -133,10 +172,18 @@ async def sessions_toolstream(sessions: int, events: int, *, full: bool = False)
     return per * sessions / elapsed
 
 
-async def sessions_raw(sessions: int, events: int) -> float:
+async def sessions_raw(
+    sessions: int, events: int, *, keep: bool = False, timings: Timings | None = None
+) -> float:
+    """The raw peer: one stream per session, the same dict sent to each. ``keep``: the
+    peer keeps a replay window as toolstream does (a fresh dict per event, appended to
+    its session's ``deque(maxlen=...)`` before it is sent), to show what keeping history
+    costs any Python program as sessions grow (docs/decisions.md)."""
     streams = [anyio.create_memory_object_stream[Any](math.inf) for _ in range(sessions)]
     per = events // sessions
-    item = {"type": "tool.progress", "session": "s", "call_id": "c", "message": "step"}
+    shared = {"type": "tool.progress", "session": "s", "call_id": "c", "message": "step"}
+    windows = [deque[dict[str, Any]](maxlen=BURST * 4) for _ in range(sessions)]
+    names = [f"s{k}" for k in range(sessions)]
     countdown = Countdown(sessions)
 
     async with anyio.create_task_group() as tg:
@@ -144,16 +191,33 @@ async def sessions_raw(sessions: int, events: int) -> float:
             tg.start_soon(_drain_raw, receive, per, countdown.one)
         await anyio.sleep(0.05)
         sends = [send for send, _ in streams]
-        start = time.perf_counter()
-        i = 0
-        for _ in range(per):
-            for send in sends:
-                send.send_nowait(item)
-                i += 1
-                if i % BURST == 0:
-                    await checkpoint()
-        await countdown.done.wait()
-        elapsed = time.perf_counter() - start
+        with CollectorTime() as collector:
+            start = time.perf_counter()
+            i = 0
+            for _ in range(per):
+                for k, send in enumerate(sends):
+                    if keep:
+                        item = {
+                            "type": "tool.progress",
+                            "id": f"raw-{i}",
+                            "session": names[k],
+                            "call_id": "c",
+                            "message": "step",
+                        }
+                        windows[k].append(item)
+                        send.send_nowait(item)
+                    else:
+                        send.send_nowait(shared)
+                    i += 1
+                    if i % BURST == 0:
+                        await checkpoint()
+            await countdown.done.wait()
+            elapsed = time.perf_counter() - start
+    if timings is not None:
+        side = "raw, keeping its events" if keep else "raw"
+        timings.setdefault((side, sessions), []).append(
+            (elapsed, collector.seconds, collector.full)
+        )
     for send, receive in streams:
         send.close()
         receive.close()
@@ -171,6 +235,27 @@ def _growth(xs: list[int], ours: list[float], *, per_byte: bool = False) -> list
         if after > 1.5 * before:
             notes.append(f"{xs[k - 1]:,} → {xs[k]:,}: cost per {unit} ×{after / before:.1f}")
     return notes
+
+
+def _collector_rows(timings: Timings) -> list[dict[str, Any]]:
+    """Per side and session count: the median share of the timed part the collector
+    ran, its full collections per round, and the median time without it."""
+    rows = []
+    order = ["toolstream", "raw", "raw, keeping its events"]
+    for (side, n), rounds in sorted(
+        timings.items(), key=lambda kv: (kv[0][1], order.index(kv[0][0]))
+    ):
+        rows.append(
+            {
+                "side": side,
+                "x": n,
+                "collector_share": statistics.median(gc_s / el for el, gc_s, _ in rounds),
+                "full_collections": statistics.median(full for _, _, full in rounds),
+                "elapsed": statistics.median(el for el, _, _ in rounds),
+                "elapsed_without": statistics.median(el - gc_s for el, gc_s, _ in rounds),
+            }
+        )
+    return rows
 
 
 def _row(x: int, ours: list[float], raw: list[float]) -> dict[str, Any]:
@@ -218,11 +303,13 @@ def run(*, quick: bool = False) -> dict[str, Any]:
 
     counts = [1, 100] if quick else [1, 10, 100, 1000, 10000]
     rows = []
+    timings: Timings = {}
     for n in counts:
         events = 1_000 if quick else 100_000
+        kept = timings if n in counts[-2:] else None
         a, b = alternate(
-            partial(sessions_toolstream, n, events),
-            partial(sessions_raw, n, events),
+            partial(sessions_toolstream, n, events, timings=kept),
+            partial(sessions_raw, n, events, timings=kept),
             rounds,
             "asyncio",
         )
@@ -241,9 +328,23 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         )
         full.append(_row(n, a, b))
 
+    # The raw peer keeping a replay window, against toolstream, at the same two ends.
+    keeping = []
+    for n in counts[-2:]:
+        events = 1_000 if quick else 100_000
+        a, b = alternate(
+            partial(sessions_toolstream, n, events),
+            partial(sessions_raw, n, events, keep=True, timings=timings),
+            rounds,
+            "asyncio",
+        )
+        keeping.append(_row(n, a, b))
+
     return {
         "curves": curves,
         "sessions_full": full,
+        "sessions_keeping": keeping,
+        "sessions_collector": _collector_rows(timings),
         "growth": {
             name: _growth(
                 [r["x"] for r in rows],
@@ -323,7 +424,61 @@ def report(results: dict[str, Any]) -> str:
             "",
         ]
     lines += _sessions_growth(results["curves"]["sessions"], results.get("sessions_full"))
+    lines += _collector_lines(
+        results.get("sessions_collector") or [], results.get("sessions_keeping") or []
+    )
     return "\n".join(lines)
+
+
+def _collector_lines(rows: list[dict[str, Any]], keeping: list[dict[str, Any]]) -> list[str]:
+    """What the garbage collector takes at the sessions curve's last two points, for
+    toolstream, the raw peer, and the raw peer keeping a replay window."""
+    by = {(r["side"], r["x"]): r for r in rows}
+    xs = sorted({r["x"] for r in rows})
+    sides = [
+        side for side in ("toolstream", "raw", "raw, keeping its events") if (side, xs[0]) in by
+    ]
+    if len(xs) != 2 or any((side, x) not in by for side in sides for x in xs):
+        return []
+    lines = []
+    if keeping:
+        lines += [
+            "| sessions | toolstream ev/s | raw, keeping its events ev/s | **ratio** |",
+            "|---:|---:|---:|---:|",
+        ]
+        for r in keeping:
+            lines.append(
+                f"| {r['x']:,} | {r['toolstream_per_s']:,.0f} | {r['raw_per_s']:,.0f} "
+                f"| {shown(r)} |"
+            )
+        lines.append("")
+    lines += [
+        "| sessions | side | collector's share of the timed part | full collections "
+        "| time without the collector |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['x']:,} | {r['side']} | {r['collector_share']:.0%} "
+            f"| {r['full_collections']:g} | {r['elapsed_without'] * 1e3:.0f} ms |"
+        )
+    low, high = xs
+
+    def growth(side: str) -> str:
+        a, b = by[(side, low)], by[(side, high)]
+        return (
+            f"{side} ×{b['elapsed'] / a['elapsed']:.2f}, "
+            f"without the collector ×{b['elapsed_without'] / a['elapsed_without']:.2f}"
+        )
+
+    lines += [
+        "",
+        f"Cost per delivered event, {low:,} → {high:,} sessions: "
+        + "; ".join(growth(side) for side in sides)
+        + ".",
+        "",
+    ]
+    return lines
 
 
 def _sessions_growth(rows: list[dict[str, Any]], full: list[dict[str, Any]] | None) -> list[str]:
