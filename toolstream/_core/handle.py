@@ -49,9 +49,8 @@ UNSET: Final[Any] = object()
 NEW, CREATED, READY, AWAITING, QUEUED, RUNNING, DONE = -1, 0, 1, 2, 3, 4, 5
 
 # An EventBus's publisher of progress events (values in ToolProgress's field order),
-# and the same checking the call's lock-free path first (``CallHandle._hot``).
-_PUBLISH_PROGRESS = hot_publisher(ToolProgress)
-_PUBLISH_PROGRESS_HOT = hot_publisher(ToolProgress, guarded=True)
+# which first checks, in the bus's lock, that the call is still hot (``CallHandle._hot``).
+_PUBLISH_PROGRESS = hot_publisher(ToolProgress, guarded=True)
 
 #: The events that may open a call, and so carry its title.
 _TITLED = frozenset({ToolCreated, ToolReady, ToolQueued, ToolStarted})
@@ -358,63 +357,53 @@ class CallHandle:
                 message = known if known is not None else t.payload.text(message)
             if data is not None:
                 data = t._value(data)
-            if self._hot:  # running and published as it comes: no tracker lock needed
-                try:
-                    if (
-                        _PUBLISH_PROGRESS_HOT(
-                            t._fast,
-                            self,
-                            t.session,
-                            self.run_id,
-                            self.call_id,
-                            self.tool,
-                            self.parent_call_id,
-                            fraction,
-                            current,
-                            total,
-                            message,
-                            data,
-                        )
-                        is not None
-                    ):
-                        return
-                except BusClosed:
-                    with t._lock:
-                        t._bus_gone()
+        if not self._hot:
+            # Not on the lock-free path (yet): the call's state checked in the tracker's
+            # lock (starting it if needed: progress implies running).
+            lock = t._lock
+            lock.acquire()  # not ``with``, and _report inlined: a hot path too
+            try:
+                state = self._state
+                if state >= DONE or t._closed or (state == AWAITING and self._gated()):
+                    t._allowed(self, "progress", state < DONE and not self._gated())
                     return
-                # no longer hot (ending meanwhile): the checks below, in the lock
-        lock = t._lock
-        lock.acquire()  # not ``with``, and _report inlined: the hot path of a running tool
-        try:
-            state = self._state
-            if state >= DONE or t._closed or (state == AWAITING and self._gated()):
-                t._allowed(self, "progress", state < DONE and not self._gated())
-                return
-            if state < RUNNING:
-                self._start_locked(UNSET, None)
-            if hidden:
-                return
-            coalescer = t._coalescer
-            if coalescer is not None:
-                coalescer.progress(
-                    self,
-                    {
-                        "fraction": fraction,
-                        "current": current,
-                        "total": total,
-                        "message": message,
-                        "data": data,
-                    },
-                )
-                return
-            fast = t._fast
-            if fast is None:  # another bus: its publish(), the values in field order
-                envelope = (t.session, self.run_id, self.call_id, self.tool, self.parent_call_id)
-                t._emit_values(ToolProgress, (*envelope, fraction, current, total, message, data))
-                return
-            try:  # the hot path of a running tool: the publisher made for ToolProgress
+                if state < RUNNING:
+                    self._start_locked(UNSET, None)
+                if hidden:
+                    return
+                coalescer = t._coalescer
+                if coalescer is not None:
+                    coalescer.progress(
+                        self,
+                        {
+                            "fraction": fraction,
+                            "current": current,
+                            "total": total,
+                            "message": message,
+                            "data": data,
+                        },
+                    )
+                    return
+                if t._fast is None:  # another bus: its publish(), the values in field order
+                    envelope = (
+                        t.session,
+                        self.run_id,
+                        self.call_id,
+                        self.tool,
+                        self.parent_call_id,
+                    )
+                    t._emit_values(
+                        ToolProgress, (*envelope, fraction, current, total, message, data)
+                    )
+                    return
+                # Running and published as it comes: the call is hot now.
+            finally:
+                lock.release()
+        try:  # the publisher made for ToolProgress, checking the call in the bus's lock
+            if (
                 _PUBLISH_PROGRESS(
-                    fast,
+                    t._fast,
+                    self,
                     t.session,
                     self.run_id,
                     self.call_id,
@@ -426,10 +415,15 @@ class CallHandle:
                     message,
                     data,
                 )
-            except BusClosed:
+                is not None
+            ):
+                return
+        except BusClosed:
+            with t._lock:
                 t._bus_gone()
-        finally:
-            lock.release()
+            return
+        with t._lock:  # the call ended meanwhile: this report came after its end
+            t._allowed(self, "progress", False)
 
     def output_delta(self, text: str) -> None:
         """Text appended to the call's output so far. Implies the call is running."""
