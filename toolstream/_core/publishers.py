@@ -78,16 +78,15 @@ def {name}(self, {params}):
 _OBSERVE = """\
         if type(event) in APPROVAL_EVENTS:
             self._arbiter.book.observe(event)"""
-# A guarded publisher's first step, in the bus's lock: a call that is not (or no longer)
-# on its lock-free path publishes nothing and returns None (its caller then takes the
-# tracker's lock and its checks). See CallHandle.progress.
+# A guarded publisher's first step, in the bus's lock: a call that is no longer hot (its
+# end is being published) publishes nothing and returns None; its caller reports the
+# progress as coming after the call's end. See CallHandle.progress.
 _GUARD = """\
         if not handle._hot:
             return None"""
 # Names the template uses: a class whose fields take one of them gets no publisher.
 _TEMPLATE_NAMES = frozenset(
-    {"self", "lock", "feeder", "seq", "log", "wakes", "everything", "event", "size", "v"}
-    | {"handle"}
+    {"self", "lock", "feeder", "seq", "log", "wakes", "everything", "event", "size", "v", "handle"}
 )
 
 
