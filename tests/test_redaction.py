@@ -276,3 +276,80 @@ def test_planted_secrets_never_reach_any_event_dialect_or_reset(
     for wire in wires:
         for secret in secrets:
             assert secret not in wire, (secret, wire[:2000])
+
+
+# -- the cheap test that lets most text skip the secret patterns ---------------------------
+
+_HINT_PIECES = st.sampled_from(
+    [
+        *"abcXYZ019 _-:/@=;.'\"\n",
+        "0123456789abcdefghijKLMNOPQRSTUVWXYZ0123456789",  # long enough for any token
+        "Bearer ",
+        "basic ",
+        "sk-",
+        "ghp_",
+        "github_pat_",
+        "glpat-",
+        "hf_",
+        "npm_",
+        "xoxb-",
+        "hooks.slack.com/services/",
+        "AKIA",
+        "AIza",
+        "sk_live_",
+        "eyJ",
+        ".eyJ",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "://",
+        "password",
+        "PassWord",
+        "pa\u017f\u017fword",  # long s: matched as "s" without regard to case
+        "api_key",
+        "API-\u212aEY",  # Kelvin sign: matched as "k"
+        "Token",
+        "secret",
+        "signature",
+        "S\u0130GNATURE",  # dotted capital I: matched as "i"
+        "s\u0131gnature",  # dotless i: matched as "i"
+        "pwd",
+        " = ",
+        ": ",
+    ]
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_HINT_PIECES, min_size=1, max_size=24).map("".join))
+def test_the_hint_never_rules_out_a_secret(text: str) -> None:
+    """Text the default patterns would redact always passes the cheap test that lets
+    the rest skip them."""
+    patterns = POLICY.patterns
+    assert patterns.pattern is not None and patterns.hint is not None
+    if patterns.pattern.search(text) is not None:
+        assert patterns.hint(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pa\u017f\u017fword=hunter2",
+        "API_\u212aEY: abc123def456",
+        "s\u0131gnature=abcdef123456",
+        "S\u0130GNATURE=abcdef123456",
+        "url postgres://u:hunter2@db",
+        "key eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2QT4",
+    ],
+)
+def test_secrets_in_unusual_cases_are_still_redacted(text: str) -> None:
+    assert POLICY.redact_text(text) != text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Running lookup (n=5)", "Running web_search (q='anyio', limit=3)", "/tmp/some/path.txt"],
+)
+def test_short_prose_with_markers_skips_the_patterns(text: str) -> None:
+    """The summaries every call publishes: the hint rules them out (the patterns cost
+    ~2.5 µs on a short text) and the text is unchanged."""
+    assert POLICY.patterns.hint is not None and not POLICY.patterns.hint(text)
+    assert POLICY.redact_text(text) == text

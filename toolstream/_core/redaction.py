@@ -187,10 +187,50 @@ def is_secret_key_name(key: str, secret_keys: frozenset[str]) -> bool:
     return "".join(words) in secret_keys
 
 
+# What every match of a default pattern contains, literally (each pattern's fixed part;
+# none of them is case-insensitive)...
+_HINT_LITERALS = (
+    "earer",  # Bearer, bearer
+    "EARER",
+    "asic",  # Basic, basic
+    "ASIC",
+    "sk-",
+    "gh",  # ghp_, gho_, ghu_, ghs_, ghr_
+    "github_pat_",
+    "glpat-",
+    "hf_",
+    "npm_",
+    "xox",
+    "hooks.slack.com/",
+    "AKIA",
+    "ASIA",
+    "ABIA",
+    "ACCA",
+    "AROA",
+    "AIDA",
+    "AIza",
+    "k_live_",
+    "k_test_",
+    "eyJ",
+    "-----BEGIN",
+    "://",
+)
+_HINT_LITERAL = re.compile("|".join(re.escape(literal) for literal in _HINT_LITERALS))
+# ...except key=value secrets, whose key word is matched in any case: casefolded, it
+# contains one of these. (Python's case-insensitive matching also takes U+017F, the long
+# s, for "s" and U+212A, the Kelvin sign, for "k", which casefold() maps the same way,
+# and U+0130 / U+0131, the dotted and dotless I, for "i", which it does not: so no anchor
+# has an "i" — "gnature" stands for "signature".)
+_KV_ANCHORS = ("pass", "pwd", "secret", "token", "key", "gnature")
+_KV_ANCHOR = re.compile("|".join(_KV_ANCHORS))
+_HINT_SHORT = 256  # longer texts: the secret patterns' one pass is as cheap
+
+
 def _default_hint(text: str) -> bool:
-    """False when ``text`` cannot hold a match of any default pattern: each contains one
-    of these markers. Saves the regex on most prose."""
-    return (
+    """False when ``text`` cannot hold a match of any default pattern. Saves the regex
+    (~2.5 µs on a short text) on most prose: first a few characters every match but a
+    key=value one holds, then, on a short text, each pattern's literal part."""
+    if not (
         "-" in text
         or "_" in text
         or "/" in text
@@ -202,7 +242,12 @@ def _default_hint(text: str) -> bool:
         or "EARER" in text
         or "asic" in text
         or "ASIC" in text
-    )
+    ):
+        return False
+    if len(text) > _HINT_SHORT or _HINT_LITERAL.search(text) is not None:
+        return True
+    # Only a key=value secret is left to look for.
+    return ("=" in text or ":" in text) and _KV_ANCHOR.search(text.casefold()) is not None
 
 
 class RedactionPolicy(Protocol):
