@@ -15,7 +15,7 @@ Each publishable class gets one :class:`EventPlan`, made once, with:
   the fields as a dict (``publish``, and trackers' rarer events);
 - ``stores``, the same builder's lines storing fields from locals named like them,
   which the bus inlines in the publishers it makes for the trackers' hot paths
-  (progress, streamed text: no dict, no tuple, no call; see ``bus.hot_publisher``).
+  (progress, streamed text: no dict, no tuple, no call; see ``publishers.hot_publisher``).
 
 Classes the generated code cannot build exactly like ``attrs`` would (validators,
 converters, ``__attrs_post_init__``, no slots, a default factory that takes ``self``)

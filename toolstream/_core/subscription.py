@@ -521,11 +521,11 @@ class Subscription(Generic[E_co]):
             return events if kinds is None else [e for e in events if isinstance(e, kinds)]
         out = []
         for event in events:
-            if run is not None and event.run_id != run:
+            if event.run_id != run:
                 continue
             if kinds is None or isinstance(event, kinds):
                 out.append(event)
-            if run is not None and type(event) is RunFinished:
+            if type(event) is RunFinished:
                 self._done = True
                 break
         return out

@@ -85,9 +85,9 @@ if (
 ):
     raise ImportError("the tracker's positional events disagree with their classes' fields")
 # The EventBus publishers of the events trackers pass by position (values in field order).
-_HOT_PUBLISHERS = {
-    cls: hot_publisher(cls) for cls in (ToolProgress, ToolOutputDelta, *_MESSAGE_FIELDS)
-}
+# Progress has its own, guarded one (``CallHandle.progress``): it reaches
+# ``_emit_values`` only on other buses.
+_HOT_PUBLISHERS = {cls: hot_publisher(cls) for cls in (ToolOutputDelta, *_MESSAGE_FIELDS)}
 # The builders of the classes a tracker publishes, looked up once per event on the hot
 # path (each is its class's ``plan_of(cls).build``).
 _BUILDERS = {cls: plan_of(cls).build for cls in EVENT_TYPES if cls is not StreamReset}

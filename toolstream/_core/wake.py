@@ -119,7 +119,7 @@ def wake_all(wakes: Iterable[Waiter]) -> None:
         try:
             loop = fut.get_loop()
             if loop is running:  # the consumer's own loop, in this thread
-                if not fut.done():
+                if not fut.done():  # _resolve inline: once per wake-up
                     fut.set_result(None)
             else:
                 loop.call_soon_threadsafe(_resolve, fut)
