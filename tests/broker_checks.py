@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import pytest
@@ -18,6 +18,14 @@ from tests.servers import take
 from toolstream.testing import assert_lifecycle
 
 MakeBus = Callable[..., Any]
+
+
+class Server(Protocol):
+    """A broker server of the test's own, which the check stops and starts again."""
+
+    def stop(self) -> None: ...
+
+    def start(self) -> None: ...
 
 
 async def lost_worker_calls_closed_exactly_once(make: MakeBus) -> None:
@@ -156,3 +164,110 @@ async def two_buses_deciding_at_once_have_one_winner(make: MakeBus, rounds: int 
                 raise AssertionError(f"more events than expected: {extra}")
         assert_lifecycle(events, compare=one.compare)
         assert agent_bus.stats.fenced > 0, "the cancellations of denied calls were dropped"
+
+
+async def approval_withdrawn_before_its_request_is_written(make: MakeBus) -> None:
+    """A call cancelled while its approval request still waits in the bus's outbox (a
+    slow broker, a first connection): the withdrawal cannot be arbitrated yet, so it is
+    written after the request, and the approval still ends exactly once, by
+    ``"cancelled"``, before ``tool.cancelled``; a late decision is refused."""
+    bus = make()
+    gate = asyncio.Event()
+    write = bus._write
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()
+        return await write(*args, **kwargs)
+
+    bus._write = held  # the bus's writer stalls until the call is cancelled
+    try:
+        tracker = ts.Tracker(bus, "a")
+        with anyio.move_on_after(0.2):
+            async with tracker.call("send", {}, approval=True, call_id="c"):
+                raise AssertionError("ran without an approval")
+        assert bus.stats.outbox > 0, "the request was written before the cancellation"
+        gate.set()
+        await bus.flush(timeout=10)
+        async with bus.subscribe(session="a", after=f"{bus.epoch}-0") as sub:
+            events = await take(sub, 4, within=10)
+        assert [e.type for e in events] == [
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.cancelled",
+        ], events
+        resolved = events[2]
+        assert isinstance(resolved, ts.ApprovalResolved)
+        assert (resolved.approved, resolved.by) == (False, "cancelled")
+        with pytest.raises(ts.ApprovalAlreadyResolved) as late:
+            await bus.resolve_approval("a", resolved.approval_id, approved=True, by="late")
+        assert late.value.resolution.by == "cancelled"
+        tracker.close()
+    finally:
+        gate.set()
+        await bus.aclose()
+
+
+async def approval_withdrawn_while_the_broker_is_down(make: MakeBus, server: Server) -> None:
+    """The broker is unreachable when a call waiting for its approval is cancelled: the call
+    still ends cancelled (not failed by the outage), and the withdrawal is written after
+    the request once the broker is back, so the approval ends exactly once."""
+    bus = make()
+    try:
+        await bus.start()
+        bus.publish(ts.ToolStarted, session="b", call_id="c0", tool="t")
+        await bus.flush(timeout=5)
+        server.stop()
+        tracker = ts.Tracker(bus, "a")
+        with anyio.move_on_after(0.3) as scope:
+            async with tracker.call("send", {}, approval=True, call_id="c"):
+                raise AssertionError("ran without an approval")
+        assert scope.cancelled_caught
+        server.start()
+        await bus.flush(timeout=10)
+        async with bus.subscribe(session="a", after=f"{bus.epoch}-0") as sub:
+            events = await take(sub, 4, within=10)
+        assert [e.type for e in events][-2:] == ["tool.approval.resolved", "tool.cancelled"]
+        resolved = events[2]
+        assert isinstance(resolved, ts.ApprovalResolved) and resolved.by == "cancelled"
+        assert bus.stats.dropped == 0
+        tracker.close()
+    finally:
+        await bus.aclose()
+
+
+async def approval_waited_for_through_an_outage(make: MakeBus, server: Server) -> None:
+    """The broker goes away while a call waits for its approval, for longer than the bus's
+    ``connect_timeout``: the call keeps waiting (nobody could decide meanwhile), and
+    runs once the broker is back and a gateway approves it."""
+    bus = make(connect_timeout=0.3)
+    gateway = make(prefix=bus.prefix)
+    ran = anyio.Event()
+    try:
+        await bus.start()
+        bus.publish(ts.ToolStarted, session="b", call_id="c0", tool="t")
+        await bus.flush(timeout=5)
+        server.stop()
+        tracker = ts.Tracker(bus, "a")
+
+        async def agent() -> None:
+            async with tracker.call("send", {}, approval=True, call_id="c") as call:
+                call.complete("sent")
+                ran.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent)
+            await anyio.sleep(1.5)  # five connect timeouts with the broker away
+            assert not ran.is_set()
+            server.start()
+            async with gateway.subscribe(session="a", after=f"{gateway.epoch}-0") as sub:
+                events = await take(sub, 2, within=10)
+            asked = events[1]
+            assert isinstance(asked, ts.ApprovalRequested), events
+            await gateway.resolve_approval("a", asked.approval_id, approved=True, by="ops")
+            with anyio.fail_after(10):
+                await ran.wait()
+        tracker.close()
+    finally:
+        await bus.aclose()
+        await gateway.aclose()

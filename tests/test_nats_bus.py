@@ -382,3 +382,19 @@ async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_pat
         for bus in (writer, first, second):
             await bus.aclose(timeout=2)
         cluster.stop()
+
+
+async def test_an_approval_withdrawn_before_its_request_is_written(nats_server: NatsServer) -> None:
+    await broker_checks.approval_withdrawn_before_its_request_is_written(
+        partial(make_bus, nats_server)
+    )
+
+
+async def test_an_approval_withdrawn_while_nats_is_down(own_nats: NatsServer) -> None:
+    await broker_checks.approval_withdrawn_while_the_broker_is_down(
+        partial(make_bus, own_nats), own_nats
+    )
+
+
+async def test_a_call_waits_for_its_approval_through_an_outage(own_nats: NatsServer) -> None:
+    await broker_checks.approval_waited_for_through_an_outage(partial(make_bus, own_nats), own_nats)

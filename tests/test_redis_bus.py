@@ -404,3 +404,23 @@ async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisSer
     await broker_checks.two_buses_deciding_at_once_have_one_winner(
         partial(make_bus, redis_server), rounds=50
     )
+
+
+async def test_an_approval_withdrawn_before_its_request_is_written(
+    redis_server: RedisServer,
+) -> None:
+    await broker_checks.approval_withdrawn_before_its_request_is_written(
+        partial(make_bus, redis_server)
+    )
+
+
+async def test_an_approval_withdrawn_while_redis_is_down(own_redis: RedisServer) -> None:
+    await broker_checks.approval_withdrawn_while_the_broker_is_down(
+        partial(make_bus, own_redis), own_redis
+    )
+
+
+async def test_a_call_waits_for_its_approval_through_an_outage(own_redis: RedisServer) -> None:
+    await broker_checks.approval_waited_for_through_an_outage(
+        partial(make_bus, own_redis), own_redis
+    )

@@ -15,6 +15,7 @@ from typing import Literal
 
 import attrs
 
+from toolstream._core.errors import BusClosed
 from toolstream._core.events import DELTA_EVENTS, Event
 from toolstream._core.wake import current_backend
 
@@ -185,6 +186,17 @@ class Outbox:
                 continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    async def written(self, target: int, closed: Callable[[], bool]) -> None:
+        """Wait until ``target`` events left the outbox, however long the broker is away
+        (bound it with a cancel scope); ``BusClosed`` when the bus closes first."""
+        while True:
+            try:
+                await self.settle(target, time.monotonic() + 1.0)
+                return
+            except TimeoutError:
+                if closed():
+                    raise BusClosed(f"the bus closed before it wrote to {self.broker}") from None
 
     # -- the flusher -----------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .errors import (
     ApprovalExpired,
     ApprovalNotFound,
     BusClosed,
+    BusUnavailable,
     LifecycleError,
 )
 from .events import (
@@ -457,8 +458,16 @@ class Tracker:
             ended = False
         except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
             ended = not exc.resolution.approved
-        except (ApprovalNotFound, BusClosed):
+        except BusClosed:
             ended = False
+        except (ApprovalNotFound, BusUnavailable):
+            # A broker bus writes in order and had not written the request yet (the call
+            # was cancelled first), or cannot reach its broker now: the withdrawal is
+            # published after the request, and arbitrated when written (first wins).
+            with self._lock:
+                if handle._approval is ask:
+                    self._withdraw_now(handle, ask)
+            return
         with self._lock:
             handle._apply_decision(
                 ask,

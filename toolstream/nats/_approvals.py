@@ -281,13 +281,24 @@ class NatsArbiter:
         """Wait for the decision, woken by a watch on the approval's entry."""
         bus = self.bus
         bus._start_here()
-        target = bus._outbox.published
-        await bus._outbox.settle(target, time.monotonic() + bus.connect_timeout)  # our request
-        kv = await self._kv()
+        # Our request first, and through an outage: nobody can decide while NATS is
+        # away, so the wait goes on (the approval's expiry or a cancel scope bounds it).
+        await bus._outbox.written(bus._outbox.published, lambda: bus._closed)
         watcher = None
         try:
             while True:
-                decision = await self.decision(session, approval_id)
+                try:
+                    kv = await self._kv()
+                    decision = await self.decision(session, approval_id)
+                except BusUnavailable as exc:
+                    logger.debug("waiting for a decision: %s", exc)
+                    watcher = None
+                    await asyncio.sleep(0.2)
+                    if bus._closed:
+                        raise BusClosed(
+                            f"the bus closed before approval {approval_id!r} was decided"
+                        ) from None
+                    continue
                 if decision is not None:
                     return decision
                 if bus._closed:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.approvals import (
@@ -162,11 +161,17 @@ class RedisArbiter:
         ``ApprovalNotFound`` as for :meth:`decision`."""
         bus = self.bus
         bus._start_here()
-        target = bus._outbox.published
-        await bus._settle(target, time.monotonic() + bus.connect_timeout)  # our request
+        # Our request first, and through an outage: nobody can decide while Redis is
+        # away, so the wait goes on (the approval's expiry or a cancel scope bounds it).
+        await bus._outbox.written(bus._outbox.published, lambda: bus._closed)
         key = f"{session_base(bus.prefix, session)}:dn:{approval_id}"
         while True:
-            decision = await self.decision(session, approval_id)
+            try:
+                decision = await self.decision(session, approval_id)
+            except BusUnavailable as exc:
+                decision = None
+                logger.debug("waiting for a decision: %s", exc)
+                await asyncio.sleep(0.2)
             if decision is not None:
                 return decision
             if bus._closed:
