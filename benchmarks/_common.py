@@ -4,6 +4,7 @@ countdown and the interleaved A-B runner."""
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -100,15 +101,25 @@ def alternate(
     return ta, tb
 
 
+def ratio_of(num: float, den: float) -> float:
+    """``num / den``, or NaN when ``den`` measured zero (below the clock's resolution)."""
+    return num / den if den > 0 else math.nan
+
+
 def compare(num: list[float], den: list[float], key: str = "ratio") -> dict[str, float]:
     """The ratio ``num / den`` of two alternated series, estimated honestly: the median
     of the per-round ratios (``<key>``, what the reports show), the ratio of the
     medians (``<key>_of_medians``) and the spread of the per-round ratios
-    (``<key>_min``, ``<key>_max``)."""
-    ratios = [n / d for n, d in zip(num, den, strict=True)]
+    (``<key>_min``, ``<key>_max``). A round whose denominator measured zero (below the
+    clock's resolution: CPU time counts in ticks) gives no ratio; with none left, every
+    figure is NaN, which :func:`shown` reports as such."""
+    ratios = [ratio_of(n, d) for n, d in zip(num, den, strict=True) if d > 0]
+    if not ratios:
+        nan = math.nan
+        return {key: nan, f"{key}_of_medians": nan, f"{key}_min": nan, f"{key}_max": nan}
     return {
         key: statistics.median(ratios),
-        f"{key}_of_medians": statistics.median(num) / statistics.median(den),
+        f"{key}_of_medians": ratio_of(statistics.median(num), statistics.median(den)),
         f"{key}_min": min(ratios),
         f"{key}_max": max(ratios),
     }
@@ -117,6 +128,8 @@ def compare(num: list[float], den: list[float], key: str = "ratio") -> dict[str,
 def shown(row: dict[str, Any], key: str = "ratio") -> str:
     """A ratio for a report: the median of per-round ratios in bold, the range of the
     rounds after it, e.g. ``**1.42x** (1.38-1.45)`` (with the real signs)."""
+    if math.isnan(row[key]):
+        return "n/a (too short to measure)"
     low, high = row.get(f"{key}_min"), row.get(f"{key}_max")
     spread = "" if low is None or high is None else f" ({low:.2f}–{high:.2f})"
     return f"**{row[key]:.2f}×**{spread}"

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 
+from benchmarks._common import ratio_of
 from benchmarks._processes import cpu_seconds, start_server
 
 KINDS = ("toolstream", "sse_starlette")
@@ -150,8 +151,8 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         if rate == 0:
             row["orjson_gain"] = row["toolstream_events_per_s"] / row[f"{STDLIB}_events_per_s"]
         row["throughput_ratio"] = row["toolstream_events_per_s"] / row["sse_starlette_events_per_s"]
-        row["cpu_ratio"] = (
-            row["toolstream_cpu_us_per_event"] / row["sse_starlette_cpu_us_per_event"]
+        row["cpu_ratio"] = ratio_of(
+            row["toolstream_cpu_us_per_event"], row["sse_starlette_cpu_us_per_event"]
         )
         results[name] = row
     return results

@@ -141,3 +141,15 @@ def test_chat_benchmark_runs_and_reports() -> None:
         assert row["toolstream"] > 0 and row["handwritten"] > 0
         assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
     assert "hand-written" in report and "resume" in report
+
+
+def test_a_ratio_below_the_clocks_resolution_is_reported_not_divided() -> None:
+    """A quick run can use less CPU than one clock tick (CPU time counts in ticks): the
+    round gives no ratio instead of dividing by zero, and the report says so."""
+    from benchmarks._common import compare, shown
+
+    some = compare([2.0, 3.0, 4.0], [1.0, 0.0, 2.0], "cpu_ratio")
+    assert (some["cpu_ratio_min"], some["cpu_ratio_max"]) == (2.0, 2.0)
+    none = compare([2.0], [0.0], "cpu_ratio")
+    assert shown(none, "cpu_ratio") == "n/a (too short to measure)"
+    assert "2.00" in shown(some, "cpu_ratio")
