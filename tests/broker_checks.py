@@ -271,3 +271,50 @@ async def approval_waited_for_through_an_outage(make: MakeBus, server: Server) -
     finally:
         await bus.aclose()
         await gateway.aclose()
+
+
+async def approval_expiring_during_an_outage(make: MakeBus, server: Server) -> None:
+    """A call's approval expires while the broker is away: the expiry cannot be
+    arbitrated yet (a decision may have won just before), so the call waits until the
+    broker is back, then ends by the one resolution that won (here ``"timeout"``):
+    ``ApprovalDenied``, not ``BusUnavailable``, and one resolution, one terminal."""
+    bus = make(connect_timeout=0.3)
+    outcome: list[BaseException] = []
+    try:
+        await bus.start()
+        tracker = ts.Tracker(bus, "a")
+
+        async def agent() -> None:
+            try:
+                async with tracker.call(
+                    "send", {}, approval=True, approval_timeout=1.0, call_id="c"
+                ):
+                    raise AssertionError("ran without an approval")
+            except Exception as exc:  # what ended the call is the result
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent)
+            await anyio.sleep(0.4)
+            await bus.flush(timeout=5)  # the request is written
+            server.stop()
+            await anyio.sleep(1.6)  # past the expiry, the broker still away
+            assert not outcome, outcome
+            server.start()
+        assert len(outcome) == 1 and isinstance(outcome[0], ts.ApprovalDenied), outcome
+        assert outcome[0].decision.by == "timeout"
+        await bus.flush(timeout=10)
+        async with bus.subscribe(session="a", after=f"{bus.epoch}-0") as sub:
+            events = await take(sub, 4, within=10)
+            with anyio.move_on_after(0.5):
+                extra = await take(sub, 1)
+                raise AssertionError(f"more events than expected: {extra}")
+        assert [e.type for e in events] == [
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.denied",
+        ], events
+        tracker.close()
+    finally:
+        await bus.aclose()

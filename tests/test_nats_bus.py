@@ -398,3 +398,7 @@ async def test_an_approval_withdrawn_while_nats_is_down(own_nats: NatsServer) ->
 
 async def test_a_call_waits_for_its_approval_through_an_outage(own_nats: NatsServer) -> None:
     await broker_checks.approval_waited_for_through_an_outage(partial(make_bus, own_nats), own_nats)
+
+
+async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> None:
+    await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_nats), own_nats)

@@ -424,3 +424,7 @@ async def test_a_call_waits_for_its_approval_through_an_outage(own_redis: RedisS
     await broker_checks.approval_waited_for_through_an_outage(
         partial(make_bus, own_redis), own_redis
     )
+
+
+async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> None:
+    await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_redis), own_redis)

@@ -439,14 +439,23 @@ class Tracker:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         with anyio.move_on_after(left):
             return await bus.wait_decision(self.session, approval_id)
-        try:
-            won = await bus.resolve_approval(
-                self.session, approval_id, approved=False, by=TIMEOUT_BY
-            )
-        except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
-            won = exc.resolution
-        known = await bus.decision(self.session, approval_id)
-        return known if known is not None else decision_of(won)
+        delay = 0.1
+        while True:
+            try:
+                try:
+                    won = await bus.resolve_approval(
+                        self.session, approval_id, approved=False, by=TIMEOUT_BY
+                    )
+                except (ApprovalAlreadyResolved, ApprovalExpired) as exc:
+                    won = exc.resolution
+                known = await bus.decision(self.session, approval_id)
+                return known if known is not None else decision_of(won)
+            except BusUnavailable as exc:
+                # A broker bus cannot arbitrate the expiry while the broker is away (a
+                # decision may have won just before): the call waits until it is back.
+                logger.info("approval %s expired, broker away: %s", approval_id, exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     async def _withdraw(self, handle: CallHandle, ask: Ask) -> None:
         """The waiting call is being cancelled: resolve its approval by ``"cancelled"``
