@@ -166,12 +166,9 @@ async def two_buses_deciding_at_once_have_one_winner(make: MakeBus, rounds: int 
         assert agent_bus.stats.fenced > 0, "the cancellations of denied calls were dropped"
 
 
-async def approval_withdrawn_before_its_request_is_written(make: MakeBus) -> None:
-    """A call cancelled while its approval request still waits in the bus's outbox (a
-    slow broker, a first connection): the withdrawal cannot be arbitrated yet, so it is
-    written after the request, and the approval still ends exactly once, by
-    ``"cancelled"``, before ``tool.cancelled``; a late decision is refused."""
-    bus = make()
+def _held(bus: Any) -> asyncio.Event:
+    """Stall ``bus``'s writer (a slow broker, a first connection) until the returned
+    event is set."""
     gate = asyncio.Event()
     write = bus._write
 
@@ -179,17 +176,47 @@ async def approval_withdrawn_before_its_request_is_written(make: MakeBus) -> Non
         await gate.wait()
         return await write(*args, **kwargs)
 
-    bus._write = held  # the bus's writer stalls until the call is cancelled
+    bus._write = held
+    return gate
+
+
+async def _release(gate: asyncio.Event, after: float) -> None:
+    await anyio.sleep(after)
+    gate.set()
+
+
+async def _call_events(bus: Any, count: int) -> list[ts.Event]:
+    """The ``count`` events of session "a", and nothing more."""
+    await bus.flush(timeout=10)
+    async with bus.subscribe(session="a", after=f"{bus.epoch}-0") as sub:
+        events = await take(sub, count, within=10)
+        with anyio.move_on_after(0.5):
+            extra = await take(sub, 1)
+            raise AssertionError(f"more events than expected: {extra}")
+    return events
+
+
+async def approval_before_its_request_is_written(make: MakeBus) -> None:
+    """The bus has not written a call's approval request yet (its writer is stalled:
+    a slow broker, a first connection) when the approval is touched. The bus reads its
+    own writes: it waits for the request rather than answer ``ApprovalNotFound``.
+
+    - cancelled: the approval ends once, by ``"cancelled"``, then ``tool.cancelled``;
+      a late decision is refused;
+    - expired: ``ApprovalDenied`` by ``"timeout"``, then ``tool.denied``;
+    - decided on the same bus: the decision wins and the call runs."""
+    # Cancelled while the request waits in the outbox.
+    bus = make()
+    gate = _held(bus)  # before the bus's writer starts
     try:
         tracker = ts.Tracker(bus, "a")
-        with anyio.move_on_after(0.2):
-            async with tracker.call("send", {}, approval=True, call_id="c"):
-                raise AssertionError("ran without an approval")
-        assert bus.stats.outbox > 0, "the request was written before the cancellation"
-        gate.set()
-        await bus.flush(timeout=10)
-        async with bus.subscribe(session="a", after=f"{bus.epoch}-0") as sub:
-            events = await take(sub, 4, within=10)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_release, gate, 0.5)
+            with anyio.move_on_after(0.2) as scope:
+                async with tracker.call("send", {}, approval=True, call_id="c"):
+                    raise AssertionError("ran without an approval")
+        assert scope.cancelled_caught
+        events = await _call_events(bus, 4)
         assert [e.type for e in events] == [
             "tool.ready",
             "tool.approval.requested",
@@ -202,6 +229,63 @@ async def approval_withdrawn_before_its_request_is_written(make: MakeBus) -> Non
         with pytest.raises(ts.ApprovalAlreadyResolved) as late:
             await bus.resolve_approval("a", resolved.approval_id, approved=True, by="late")
         assert late.value.resolution.by == "cancelled"
+        tracker.close()
+    finally:
+        gate.set()
+        await bus.aclose()
+
+    # Expired while the request waits in the outbox.
+    bus = make()
+    gate = _held(bus)
+    try:
+        tracker = ts.Tracker(bus, "a")
+        refusal = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_release, gate, 0.5)
+            try:
+                async with tracker.call(
+                    "send", {}, approval=True, approval_timeout=0.2, call_id="d"
+                ):
+                    raise AssertionError("ran without an approval")
+            except ts.ApprovalDenied as exc:
+                refusal = exc.decision
+        assert refusal is not None and refusal.by == "timeout", refusal
+        events = await _call_events(bus, 4)
+        assert [e.type for e in events] == [
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.denied",
+        ], events
+        tracker.close()
+    finally:
+        gate.set()
+        await bus.aclose()
+
+    # Decided on the same bus before its request is written.
+    bus = make()
+    gate = _held(bus)
+    try:
+        tracker = ts.Tracker(bus, "a")
+        handle = tracker.create("send", call_id="e")
+        approval_id = handle.await_approval()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_release, gate, 0.3)
+            won = await bus.resolve_approval("a", approval_id, approved=True, by="ops")
+        assert won.approved and won.by == "ops"
+        decision = await tracker.decision(approval_id)
+        assert decision.approved
+        handle.start()
+        handle.complete("sent")
+        events = await _call_events(bus, 6)
+        assert [e.type for e in events] == [
+            "tool.created",
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.started",
+            "tool.completed",
+        ], events
         tracker.close()
     finally:
         gate.set()

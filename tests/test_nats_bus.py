@@ -384,10 +384,8 @@ async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_pat
         cluster.stop()
 
 
-async def test_an_approval_withdrawn_before_its_request_is_written(nats_server: NatsServer) -> None:
-    await broker_checks.approval_withdrawn_before_its_request_is_written(
-        partial(make_bus, nats_server)
-    )
+async def test_an_approval_touched_before_its_request_is_written(nats_server: NatsServer) -> None:
+    await broker_checks.approval_before_its_request_is_written(partial(make_bus, nats_server))
 
 
 async def test_an_approval_withdrawn_while_nats_is_down(own_nats: NatsServer) -> None:

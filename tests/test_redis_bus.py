@@ -406,12 +406,10 @@ async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisSer
     )
 
 
-async def test_an_approval_withdrawn_before_its_request_is_written(
+async def test_an_approval_touched_before_its_request_is_written(
     redis_server: RedisServer,
 ) -> None:
-    await broker_checks.approval_withdrawn_before_its_request_is_written(
-        partial(make_bus, redis_server)
-    )
+    await broker_checks.approval_before_its_request_is_written(partial(make_bus, redis_server))
 
 
 async def test_an_approval_withdrawn_while_redis_is_down(own_redis: RedisServer) -> None:

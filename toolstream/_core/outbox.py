@@ -16,7 +16,7 @@ from typing import Literal
 import attrs
 
 from toolstream._core.errors import BusClosed
-from toolstream._core.events import DELTA_EVENTS, Event
+from toolstream._core.events import DELTA_EVENTS, ApprovalRequested, Event
 from toolstream._core.wake import current_backend
 
 logger = logging.getLogger("toolstream.outbox")
@@ -161,6 +161,20 @@ class Outbox:
             return [ev for ev in self.events if ev.session == session]
 
     # -- waiting -------------------------------------------------------------------------
+
+    async def wrote_request(
+        self, session: str, approval_id: str, closed: Callable[[], bool]
+    ) -> bool:
+        """Read-your-writes for approvals: when this bus's own request for
+        ``approval_id`` is still here, wait until it is written (however long the broker
+        is away; bound it with a cancel scope) and say True; False when it is not here."""
+        ours = any(
+            isinstance(ev, ApprovalRequested) and ev.approval_id == approval_id
+            for ev in self.pending(session)
+        )
+        if ours:
+            await self.written(self.published, closed)
+        return ours
 
     async def settle(self, target: int, deadline: float | None) -> None:
         """Wait until ``target`` events left the outbox (written, or dropped by the

@@ -58,6 +58,11 @@ class NatsArbiter:
 
     async def _entry(self, session: str, approval_id: str) -> tuple[dict[str, Any], int]:
         got = await self._get(approval_id)
+        bus = self.bus
+        if got is None and await bus._outbox.wrote_request(
+            session, approval_id, lambda: bus._closed
+        ):  # a request this bus published and had not written yet
+            got = await self._get(approval_id)
         if got is None or got[0].get("meta", {}).get("s") != session:
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
         return got

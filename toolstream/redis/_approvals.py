@@ -115,11 +115,14 @@ class RedisArbiter:
     async def state(
         self, session: str, approval_id: str
     ) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
-        """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None."""
-        base = session_base(self.bus.prefix, session)
-        st, meta, dec = await self._run(
-            self._approval_script, [f"{base}:s"], [base, session, approval_id]
-        )
+        """(``p``/``r``, its meta, its decision) of an approval of ``session``, or None.
+        A request this bus published and has not written yet is waited for first."""
+        bus = self.bus
+        base = session_base(bus.prefix, session)
+        args = [base, session, approval_id]
+        st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
+        if not st and await bus._outbox.wrote_request(session, approval_id, lambda: bus._closed):
+            st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
         if not st:
             return None
         return st, json.loads(meta), json.loads(dec) if dec else None
