@@ -470,9 +470,9 @@ class Tracker:
         except BusClosed:
             ended = False
         except (ApprovalNotFound, BusUnavailable):
-            # A broker bus writes in order and had not written the request yet (the call
-            # was cancelled first), or cannot reach its broker now: the withdrawal is
-            # published after the request, and arbitrated when written (first wins).
+            # A broker bus cannot reach its broker now (or never wrote the request: its
+            # outbox dropped it): the withdrawal is published after the request, and
+            # arbitrated when written (first wins); the call ends at once.
             with self._lock:
                 if handle._approval is ask:
                     self._withdraw_now(handle, ask)

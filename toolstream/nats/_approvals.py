@@ -285,10 +285,7 @@ class NatsArbiter:
     async def wait(self, session: str, approval_id: str) -> Decision:
         """Wait for the decision, woken by a watch on the approval's entry."""
         bus = self.bus
-        bus._start_here()
-        # Our request first, and through an outage: nobody can decide while NATS is
-        # away, so the wait goes on (the approval's expiry or a cancel scope bounds it).
-        await bus._outbox.written(bus._outbox.published, lambda: bus._closed)
+        bus._start_here()  # our request is written (``_entry`` waits for it)
         watcher = None
         try:
             while True:
@@ -296,6 +293,8 @@ class NatsArbiter:
                     kv = await self._kv()
                     decision = await self.decision(session, approval_id)
                 except BusUnavailable as exc:
+                    # Nobody can decide while NATS is away: the wait goes on (bounded
+                    # by the approval's expiry or the caller's cancel scope).
                     logger.debug("waiting for a decision: %s", exc)
                     watcher = None
                     await asyncio.sleep(0.2)

@@ -163,15 +163,14 @@ class RedisArbiter:
         blocking pop on the approval's own key); bound it with a cancel scope.
         ``ApprovalNotFound`` as for :meth:`decision`."""
         bus = self.bus
-        bus._start_here()
-        # Our request first, and through an outage: nobody can decide while Redis is
-        # away, so the wait goes on (the approval's expiry or a cancel scope bounds it).
-        await bus._outbox.written(bus._outbox.published, lambda: bus._closed)
+        bus._start_here()  # our request is written (``state`` waits for it)
         key = f"{session_base(bus.prefix, session)}:dn:{approval_id}"
         while True:
             try:
                 decision = await self.decision(session, approval_id)
             except BusUnavailable as exc:
+                # Nobody can decide while Redis is away: the wait goes on (bounded by
+                # the approval's expiry or the caller's cancel scope).
                 decision = None
                 logger.debug("waiting for a decision: %s", exc)
                 await asyncio.sleep(0.2)
