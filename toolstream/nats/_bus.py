@@ -802,7 +802,9 @@ class NatsBus:
 
     async def wait_decision(self, session: str, approval_id: str) -> Decision:
         """Wait for the decision on an approval, woken by a watch on its KV entry; bound
-        it with a cancel scope. ``ApprovalNotFound`` as for :meth:`decision`."""
+        it with a cancel scope. It goes on while NATS is away (nobody can decide
+        meanwhile), and waits for a request this bus has not written yet.
+        ``ApprovalNotFound`` as for :meth:`decision`."""
         _require_asyncio("wait_decision()")
         return await self._arbiter.wait(session, approval_id)
 

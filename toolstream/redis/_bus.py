@@ -687,8 +687,9 @@ class RedisBus:
 
     async def wait_decision(self, session: str, approval_id: str) -> Decision:
         """Wait for the decision on an approval, woken by the script that resolves it (a
-        blocking pop on the approval's own key); bound it with a cancel scope.
-        ``ApprovalNotFound`` as for :meth:`decision`."""
+        blocking pop on the approval's own key); bound it with a cancel scope. It goes on
+        while Redis is away (nobody can decide meanwhile), and waits for a request this
+        bus has not written yet. ``ApprovalNotFound`` as for :meth:`decision`."""
         require_asyncio("wait_decision()")
         return await self._arbiter.wait(session, approval_id)
 
