@@ -330,7 +330,7 @@ async def approval_expiring_during_an_outage(make: MakeBus, server: Server) -> N
         async def agent() -> None:
             try:
                 async with tracker.call(
-                    "send", {}, approval=True, approval_timeout=1.0, call_id="c"
+                    "send", {}, approval=True, approval_timeout=1.5, call_id="c"
                 ):
                     raise AssertionError("ran without an approval")
             except Exception as exc:  # what ended the call is the result
@@ -338,10 +338,11 @@ async def approval_expiring_during_an_outage(make: MakeBus, server: Server) -> N
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent)
-            await anyio.sleep(0.4)
+            await anyio.sleep(0.05)
             await bus.flush(timeout=5)  # the request is written
+            assert not outcome, "expired before the broker went away: a loaded machine?"
             server.stop()
-            await anyio.sleep(1.6)  # past the expiry, the broker still away
+            await anyio.sleep(2.0)  # past the expiry, the broker still away
             assert not outcome, outcome
             server.start()
         assert len(outcome) == 1 and isinstance(outcome[0], ts.ApprovalDenied), outcome
