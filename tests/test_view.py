@@ -202,3 +202,21 @@ def test_a_trimmed_log_folds_into_the_same_state_as_applying_each_event() -> Non
         checking.fold(events)
         checking.fold(events[: len(events) // 2])
         assert checking.snapshot() == applied.snapshot()
+
+
+def test_a_call_record_starts_empty_and_copies_whole() -> None:
+    """The generated ``_Call.__init__`` sets every field (None but the few a new call
+    starts with), and ``copy`` copies every slot, with text parts of its own."""
+    from toolstream._core.view import _FIELDS, _Call
+
+    rec = _Call("c1", "search")
+    set_by_init = {"call_id", "tool", "state", "args_text", "output_text"}
+    assert all(getattr(rec, name) is None for name in _FIELDS if name not in set_by_init)
+    assert (rec.call_id, rec.tool, rec.state) == ("c1", "search", ts.CallState.CREATED)
+    assert (rec.args_text, rec.output_text, rec.args_parts, rec.output_len) == ("", "", [], 0)
+    assert rec._snap is None
+    rec.args_parts.append('{"q"')
+    rec.fraction = 0.5
+    twin = rec.copy()
+    assert all(getattr(twin, name) == getattr(rec, name) for name in _Call.__slots__)
+    assert twin.args_parts is not rec.args_parts and twin.output_parts is not rec.output_parts
