@@ -217,3 +217,32 @@ def test_a_guarded_publisher_publishes_only_for_a_hot_handle() -> None:
         "tool.progress",
         "tool.completed",
     ]
+
+
+def test_a_trackers_call_events_give_every_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event a tracker publishes for a call gives all of its class's fields, so the
+    bus's builder never fills in defaults (its slower path): a call whose input was
+    shown before it started, one that starts with its input, one that fails."""
+    from toolstream._core import build
+
+    filled: list[str] = []
+    complete = build.EventPlan.complete
+
+    def counting(self: build.EventPlan, fields: dict[str, Any]) -> None:
+        filled.append(self.cls.__name__)
+        complete(self, fields)
+
+    monkeypatch.setattr(build.EventPlan, "complete", counting)
+    tracker = ts.Tracker(ts.EventBus(), "s")
+    streamed = tracker.create("search")
+    streamed.args_delta('{"q": 1}')
+    streamed.ready({"q": 1})
+    streamed.start()
+    streamed.progress(0.5, message="half")
+    streamed.output_delta("text")
+    streamed.complete({"hits": 1})
+    direct = tracker.create("fetch")
+    direct.start({"url": "x"})
+    direct.fail(ValueError("boom"))
+    tracker.create("late").cancel("stop")
+    assert filled == []

@@ -320,13 +320,12 @@ class CallHandle:
         self._started = time.monotonic()
         if self.hidden:
             return
-        fields: dict[str, Any] = {}
+        shown: tuple[JSONValue, bool, str | None] = (None, True, None)
         if not self._args_sent:
-            published, _, summary = prepared or self._prepare_args(args)
+            shown = prepared or self._prepare_args(args)
             self._args_sent = True
-            fields["args"] = published
-            fields["summary"] = summary
-        self._emit(ToolStarted, first, **fields)
+        # Every field given (None: the input was shown already): the builder's short path.
+        self._emit(ToolStarted, first, args=shown[0], summary=shown[2])
         t = self._tracker
         self._hot = t._fast is not None and t._coalescer is None
 
