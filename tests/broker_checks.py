@@ -168,9 +168,12 @@ async def two_buses_deciding_at_once_have_one_winner(make: MakeBus, rounds: int 
 
 
 @contextlib.asynccontextmanager
-async def _stalled(make: MakeBus, release_after: float) -> AsyncIterator[tuple[Any, ts.Tracker]]:
+async def _stalled(
+    make: MakeBus, release_after: float
+) -> AsyncIterator[tuple[Any, ts.Tracker, asyncio.Event]]:
     """A fresh bus whose writer stalls (a slow broker, a first connection) until
-    ``release_after`` seconds from now, and a tracker of session "a" on it."""
+    ``release_after`` seconds from now or the yielded gate is set, and a tracker of
+    session "a" on it."""
     bus = make()
     gate = asyncio.Event()
     write = bus._write
@@ -183,7 +186,7 @@ async def _stalled(make: MakeBus, release_after: float) -> AsyncIterator[tuple[A
     timer = asyncio.get_running_loop().call_later(release_after, gate.set)
     tracker = ts.Tracker(bus, "a")
     try:
-        yield bus, tracker
+        yield bus, tracker, gate
         tracker.close()
     finally:
         timer.cancel()
@@ -215,7 +218,7 @@ async def approval_before_its_request_is_written(make: MakeBus) -> None:
       a late decision is refused;
     - expired: ``ApprovalDenied`` by ``"timeout"``, then ``tool.denied``;
     - decided on the same bus: the decision wins and the call runs."""
-    async with _stalled(make, 0.5) as (bus, tracker):
+    async with _stalled(make, 0.5) as (bus, tracker, _):
         with anyio.move_on_after(0.2) as scope:
             async with tracker.call("send", {}, approval=True, call_id="c"):
                 raise AssertionError("ran without an approval")
@@ -229,7 +232,7 @@ async def approval_before_its_request_is_written(make: MakeBus) -> None:
             await bus.resolve_approval("a", resolved.approval_id, approved=True, by="late")
         assert late.value.resolution.by == "cancelled"
 
-    async with _stalled(make, 0.5) as (bus, tracker):
+    async with _stalled(make, 0.5) as (bus, tracker, _):
         with pytest.raises(ts.ApprovalDenied) as refused:
             async with tracker.call("send", {}, approval=True, approval_timeout=0.2):
                 raise AssertionError("ran without an approval")
@@ -237,7 +240,7 @@ async def approval_before_its_request_is_written(make: MakeBus) -> None:
         events = await _call_events(bus, 4)
         assert [e.type for e in events] == [*_ASKED, "tool.denied"], events
 
-    async with _stalled(make, 0.3) as (bus, tracker):
+    async with _stalled(make, 0.3) as (bus, tracker, _):
         handle = tracker.create("send")
         approval_id = handle.await_approval()
         won = await bus.resolve_approval("a", approval_id, approved=True, by="ops")
@@ -248,6 +251,32 @@ async def approval_before_its_request_is_written(make: MakeBus) -> None:
         events = await _call_events(bus, 6)
         kinds = ["tool.created", *_ASKED, "tool.started", "tool.completed"]
         assert [e.type for e in events] == kinds, events
+
+
+async def approval_request_written_during_a_read(make: MakeBus, read: str) -> None:
+    """The bus's own request is written while the bus reads the approval (``read``: its
+    arbiter's method that reads the broker): the read misses it, the write lands right
+    after. The bus knew before reading that the request was its own, so it waits for
+    the write and reads again. (It once looked at its outbox after the read instead,
+    found the request gone, and answered ``ApprovalNotFound``.)"""
+    async with _stalled(make, 60) as (bus, tracker, gate):
+        arbiter = bus._arbiter
+        real = getattr(arbiter, read)
+        first: list[Any] = []
+
+        async def read_then_write(*args: Any, **kwargs: Any) -> Any:
+            got = await real(*args, **kwargs)
+            if not first:
+                first.append(got)
+                gate.set()  # the stalled write lands after this read
+                await bus.flush(timeout=10)
+            return got
+
+        setattr(arbiter, read, read_then_write)
+        approval_id = tracker.create("send").await_approval()
+        won = await bus.resolve_approval("a", approval_id, approved=True, by="ops")
+        assert won.approved and won.by == "ops"
+        assert first[0] is None or not first[0][0], "the first read saw the request"
 
 
 async def _goes_away(bus: Any, server: Server) -> None:

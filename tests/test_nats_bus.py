@@ -400,3 +400,9 @@ async def test_a_call_waits_for_its_approval_through_an_outage(own_nats: NatsSer
 
 async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> None:
     await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_nats), own_nats)
+
+
+async def test_an_approval_request_written_during_a_read(nats_server: NatsServer) -> None:
+    await broker_checks.approval_request_written_during_a_read(
+        partial(make_bus, nats_server), "_get"
+    )

@@ -426,3 +426,9 @@ async def test_a_call_waits_for_its_approval_through_an_outage(own_redis: RedisS
 
 async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> None:
     await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_redis), own_redis)
+
+
+async def test_an_approval_request_written_during_a_read(redis_server: RedisServer) -> None:
+    await broker_checks.approval_request_written_during_a_read(
+        partial(make_bus, redis_server), "_run"
+    )

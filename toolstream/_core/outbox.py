@@ -162,19 +162,14 @@ class Outbox:
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def wrote_request(
-        self, session: str, approval_id: str, closed: Callable[[], bool]
-    ) -> bool:
-        """Read-your-writes for approvals: when this bus's own request for
-        ``approval_id`` is still here, wait until it is written (however long the broker
-        is away; bound it with a cancel scope) and say True; False when it is not here."""
-        ours = any(
+    def holds_request(self, session: str, approval_id: str) -> bool:
+        """Whether this bus's own request for ``approval_id`` is here (not yet written,
+        or being written). Asked *before* reading the broker, for read-your-writes: a
+        request written between that read and a later look here would be missed."""
+        return any(
             isinstance(ev, ApprovalRequested) and ev.approval_id == approval_id
             for ev in self.pending(session)
         )
-        if ours:
-            await self.written(self.published, closed)
-        return ours
 
     async def settle(self, target: int, deadline: float | None) -> None:
         """Wait until ``target`` events left the outbox (written, or dropped by the

@@ -57,11 +57,14 @@ class NatsArbiter:
         return json.loads(entry.value or b"{}"), entry.revision or 0
 
     async def _entry(self, session: str, approval_id: str) -> tuple[dict[str, Any], int]:
-        got = await self._get(approval_id)
         bus = self.bus
-        if got is None and await bus._outbox.wrote_request(
-            session, approval_id, lambda: bus._closed
-        ):  # a request this bus published and had not written yet
+        outbox = bus._outbox
+        # A request this bus published and had not written yet (asked before the read:
+        # it may be written between the read and a later look).
+        held = outbox.holds_request(session, approval_id)
+        got = await self._get(approval_id)
+        if got is None and held:
+            await outbox.written(outbox.published, lambda: bus._closed)
             got = await self._get(approval_id)
         if got is None or got[0].get("meta", {}).get("s") != session:
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")

@@ -120,8 +120,11 @@ class RedisArbiter:
         bus = self.bus
         base = session_base(bus.prefix, session)
         args = [base, session, approval_id]
+        outbox = bus._outbox
+        held = outbox.holds_request(session, approval_id)  # before the read, not after
         st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
-        if not st and await bus._outbox.wrote_request(session, approval_id, lambda: bus._closed):
+        if not st and held:
+            await outbox.written(outbox.published, lambda: bus._closed)
             st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
         if not st:
             return None
