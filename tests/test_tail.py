@@ -116,9 +116,18 @@ def test_tail_fits_the_terminal_and_keeps_live_calls_in_view(
     tracker = busy_session(bus)
     term = Terminal([*TAIL, f"{server.url}/?session=s"])  # the page URL is the bus here
     try:
-        term.wait_for(lambda text: sum("running" in line for line in text) == 3)
+
+        def drawn(text: list[str]) -> bool:
+            # A frame reaches the pseudo-terminal in pieces under load: wait for the whole.
+            return (
+                sum("running" in line for line in text) == 3
+                and sum("queued" in line for line in text) == 2
+                and any("earlier finished (" in line for line in text)
+                and any("section two" in line for line in text)
+            )
+
+        term.wait_for(drawn)
         text = term.text
-        assert sum("queued" in line for line in text) == 2
         assert text[0].startswith("● connected  toolstream tail")
         # The summary has the width: a progress message of 41 characters shows whole.
         assert any("reading page 0 of the report, section two" in line for line in text)
