@@ -113,7 +113,7 @@ def compare(num: list[float], den: list[float], key: str = "ratio") -> dict[str,
     (``<key>_min``, ``<key>_max``). A round whose denominator measured zero (below the
     clock's resolution: CPU time counts in ticks) gives no ratio; with none left, every
     figure is NaN, which :func:`shown` reports as such."""
-    ratios = [ratio_of(n, d) for n, d in zip(num, den, strict=True) if d > 0]
+    ratios = [n / d for n, d in zip(num, den, strict=True) if d > 0]
     if not ratios:
         nan = math.nan
         return {key: nan, f"{key}_of_medians": nan, f"{key}_min": nan, f"{key}_max": nan}

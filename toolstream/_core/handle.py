@@ -320,12 +320,12 @@ class CallHandle:
         self._started = time.monotonic()
         if self.hidden:
             return
-        shown: tuple[JSONValue, bool, str | None] = (None, True, None)
+        published, summary = None, None  # the input was shown already
         if not self._args_sent:
-            shown = prepared or self._prepare_args(args)
+            published, _, summary = prepared or self._prepare_args(args)
             self._args_sent = True
-        # Every field given (None: the input was shown already): the builder's short path.
-        self._emit(ToolStarted, first, args=shown[0], summary=shown[2])
+        # Every field given: the builder's short path.
+        self._emit(ToolStarted, first, args=published, summary=summary)
         t = self._tracker
         self._hot = t._fast is not None and t._coalescer is None
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 import attrs
 
@@ -20,6 +20,8 @@ from toolstream._core.events import DELTA_EVENTS, ApprovalRequested, Event
 from toolstream._core.wake import current_backend
 
 logger = logging.getLogger("toolstream.outbox")
+
+T = TypeVar("T")
 
 __all__ = ["CheckpointMarks", "Outbox", "OutboxOverflow", "Refused"]
 
@@ -162,14 +164,27 @@ class Outbox:
 
     # -- waiting -------------------------------------------------------------------------
 
-    def holds_request(self, session: str, approval_id: str) -> bool:
-        """Whether this bus's own request for ``approval_id`` is here (not yet written,
-        or being written). Asked *before* reading the broker, for read-your-writes: a
-        request written between that read and a later look here would be missed."""
-        return any(
+    async def read_own(
+        self,
+        session: str,
+        approval_id: str,
+        read: Callable[[], Awaitable[T | None]],
+        closed: Callable[[], bool],
+    ) -> T | None:
+        """``read()`` an approval from the broker (None: not there), reading this bus's
+        own writes: when its request for ``approval_id`` was still here before the read
+        (unwritten, or being written) and the read missed it, wait until it is written
+        and read again. Asked before the read, not after: a request written between the
+        read and a later look here would be found in neither."""
+        held = any(
             isinstance(ev, ApprovalRequested) and ev.approval_id == approval_id
             for ev in self.pending(session)
         )
+        got = await read()
+        if got is None and held:
+            await self.written(self.published, closed)
+            got = await read()
+        return got
 
     async def settle(self, target: int, deadline: float | None) -> None:
         """Wait until ``target`` events left the outbox (written, or dropped by the

@@ -58,14 +58,9 @@ class NatsArbiter:
 
     async def _entry(self, session: str, approval_id: str) -> tuple[dict[str, Any], int]:
         bus = self.bus
-        outbox = bus._outbox
-        # A request this bus published and had not written yet (asked before the read:
-        # it may be written between the read and a later look).
-        held = outbox.holds_request(session, approval_id)
-        got = await self._get(approval_id)
-        if got is None and held:
-            await outbox.written(outbox.published, lambda: bus._closed)
-            got = await self._get(approval_id)
+        got = await bus._outbox.read_own(
+            session, approval_id, lambda: self._get(approval_id), lambda: bus._closed
+        )
         if got is None or got[0].get("meta", {}).get("s") != session:
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
         return got

@@ -119,15 +119,17 @@ class RedisArbiter:
         A request this bus published and has not written yet is waited for first."""
         bus = self.bus
         base = session_base(bus.prefix, session)
-        args = [base, session, approval_id]
-        outbox = bus._outbox
-        held = outbox.holds_request(session, approval_id)  # before the read, not after
-        st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
-        if not st and held:
-            await outbox.written(outbox.published, lambda: bus._closed)
-            st, meta, dec = await self._run(self._approval_script, [f"{base}:s"], args)
-        if not st:
+
+        async def read() -> tuple[str, str, str] | None:
+            st, meta, dec = await self._run(
+                self._approval_script, [f"{base}:s"], [base, session, approval_id]
+            )
+            return (st, meta, dec) if st else None
+
+        got = await bus._outbox.read_own(session, approval_id, read, lambda: bus._closed)
+        if got is None:
             return None
+        st, meta, dec = got
         return st, json.loads(meta), json.loads(dec) if dec else None
 
     async def decision(self, session: str, approval_id: str) -> Decision | None:
