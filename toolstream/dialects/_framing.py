@@ -21,6 +21,7 @@ from toolstream import (
     CallState,
     ErrorInfo,
     Event,
+    JSONValue,
     MessageDelta,
     MessageFinished,
     MessageSnapshot,
@@ -54,6 +55,8 @@ class CallMemory:
     input_streamed: bool = False  # some input text was sent as deltas
     output_text: str = ""  # text output accumulated (AI SDK preliminary output)
     approval: str | None = None  # the id of the approval the client was asked, undecided
+    approval_running: bool = False  # ... asked from inside the running tool
+    input: JSONValue = None  # the input the client holds (once complete)
     approval_reason: str | None = None
     approval_expires: float | None = None
 

@@ -14,6 +14,7 @@ from toolstream import (
     CallSnapshot,
     CallState,
     Decision,
+    ErrorInfo,
     Event,
     JSONValue,
     MessageStarted,
@@ -201,8 +202,15 @@ class AGUI(RunFramedDialect):
                 )
             )
         else:
+            # A stopped turn says so (@ag-ui/core 1.0 reads a bare RUN_FINISHED as success).
+            cancelled = event is not None and event.outcome == "cancelled"
             out.append(
-                self._msg("RUN_FINISHED", threadId=frame.thread, runId=self._wire_run or frame.run)
+                self._msg(
+                    "RUN_FINISHED",
+                    threadId=frame.thread,
+                    runId=self._wire_run or frame.run,
+                    outcome={"type": "cancelled"} if cancelled else None,
+                )
             )
         self._wire_run = None
         frame.run = None
@@ -350,7 +358,7 @@ class AGUI(RunFramedDialect):
             frame.finish(call.call_id)
         elif isinstance(event, ToolFailed):
             out += self._close_input(call, {})
-            out.append(self._result(call.call_id, f"Error: {error_text(event.error)}"))
+            out.append(self._result(call.call_id, _error_content(event.error)))
             out.append(
                 self._custom(
                     "tool.failed",
@@ -474,6 +482,13 @@ class AGUI(RunFramedDialect):
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")
         return out + self._close_run()
+
+
+def _error_content(error: ErrorInfo | None) -> str:
+    """A failed call's result content: ``"Error: <type>: <message>"``, without a second
+    ``Error`` when the error already starts with one (an error of type ``Error``)."""
+    text = error_text(error)
+    return text if text.lower().startswith("error") else f"Error: {text}"
 
 
 def _iso(ts: float | None) -> str | None:

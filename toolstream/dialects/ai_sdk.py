@@ -47,10 +47,15 @@ class AISDK(RunFramedDialect):
     ``data-tool-progress`` part (delivered to ``onData``, never stored in the message).
     A cancelled call ends with ``tool-output-error`` saying so. A failed run adds an
     ``error`` chunk, a cancelled one ``abort``. ``close()`` ends with ``[DONE]``.
-    An approval is ``tool-approval-request`` (the part goes ``approval-requested``),
-    its decision ``tool-approval-response``, a denied call ``tool-output-denied``; a run
-    finished ``interrupted`` leaves its calls awaiting a decision as they are.
-    A delta or output is never sent for a call whose start was not sent.
+    An approval is ``tool-approval-request`` (the part goes ``approval-requested``) and
+    a denied call ``tool-output-denied``; a run finished ``interrupted`` leaves its calls
+    awaiting a decision as they are. The decision itself is never sent as a
+    ``tool-approval-response`` chunk, which only ``ai`` 7 knows (``ai`` 6's schema
+    refuses it and its transport throws): a client that answered the request in the
+    request continuing the message (after :meth:`pause`) holds the decision already; a
+    client that did not (a replay from ``start``) sees an approved call go back to
+    ``tool-input-available`` (running) with the input that runs, which both generations
+    accept. A delta or output is never sent for a call whose start was not sent.
     """
 
     name = "ai_sdk"
@@ -66,6 +71,9 @@ class AISDK(RunFramedDialect):
         self._message_id: str | None = None
         # The response ended at a wait (pause()): the next output restarts the message.
         self._paused = False
+        # The approvals the client was asked when the response paused: it answers them
+        # in the request that continues the message, so it holds their decisions.
+        self._answered: set[str] = set()
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -137,6 +145,7 @@ class AISDK(RunFramedDialect):
             return out
         call.input_done = True
         if valid:
+            call.input = {} if args is None else args
             out.append(
                 self._msg(
                     "tool-input-available",
@@ -268,17 +277,26 @@ class AISDK(RunFramedDialect):
         elif isinstance(event, ApprovalRequested):
             out += self._available(call, event.args)
             out += self._approval_request(call, event.approval_id, event.reason)
+            call.approval_running = event.running
         elif isinstance(event, ApprovalResolved):
             if call.approval == event.approval_id:
                 call.approval = None
-                out.append(
-                    self._msg(
-                        "tool-approval-response",
-                        approvalId=event.approval_id,
-                        approved=event.approved,
-                        reason=event.reason,
+                answered = event.approval_id in self._answered
+                self._answered.discard(event.approval_id)
+                if event.args is not None:
+                    call.input = event.args
+                if not answered and (event.approved or call.approval_running):
+                    # The client does not hold the decision: the card leaves
+                    # "approval-requested" for "running", with the input that runs.
+                    out.append(
+                        self._msg(
+                            "tool-input-available",
+                            toolCallId=call.call_id,
+                            toolName=call.tool,
+                            input=call.input,
+                            dynamic=True if self.dynamic else None,
+                        )
                     )
-                )
         elif isinstance(event, ToolDenied):
             out += self._available(call, None)
             out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
@@ -318,6 +336,7 @@ class AISDK(RunFramedDialect):
             pending = snap.approval
             if pending is not None and call.approval != pending.approval_id:
                 out += self._approval_request(call, pending.approval_id, pending.reason)
+                call.approval_running = snap.state is CallState.RUNNING
         return out
 
     def encode(self, event: Event) -> list[WireMessage]:
@@ -339,6 +358,7 @@ class AISDK(RunFramedDialect):
         reads as a turn to continue once the approval is answered) and ``[DONE]``. The
         calls stay as they are; what follows goes on the same message."""
         out: list[WireMessage] = []
+        self._answered.update(c.approval for c in self._frame.awaiting() if c.approval)
         if self._frame.run is not None and not self._paused:
             out += self._end_messages()
             out += [self._msg("finish-step"), self._msg("finish", finishReason="tool-calls")]
