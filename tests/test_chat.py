@@ -173,13 +173,106 @@ async def test_a_continuation_applies_the_decision_and_starts_no_turn(
     assert kinds(more)[-3:] == ["finish-step", "finish", "[DONE]"]
     (call,) = bus.snapshot("c1").calls
     assert call.decided_by == "anonymous"
-    # The same decision again (a client retrying) is no error; the run is over: 200.
+    # The same decision again (a client retrying) is no error and runs nothing again:
+    # it gets what followed the decision once more.
     again = await client.post(API, json=approval_reply(first, streamed, approved))
     assert again.status_code == 200
+    assert chunks(again.text) == more
+    assert len(turns.started) == 1
+    assert len(bus.snapshot("c1").calls) == 1
     # The opposite decision is a conflict.
     other = await client.post(API, json=approval_reply(first, streamed, not approved))
     assert other.status_code == 409
     assert other.json()["code"] == "already_resolved"
+
+
+async def test_words_after_an_approval_request_reach_the_client_once(bus: ts.EventBus) -> None:
+    """The run goes on writing after it asked (the approval does not block it): the
+    first response ends right at the request, and what followed it comes, once, in
+    the response that continues the message."""
+
+    async def agent(request: TurnRequest) -> None:
+        async with ts.Tracker(bus, request.session) as tracker, tracker.run(request.run_id):
+            call = tracker.create("send_email", call_id="c1")
+            call.ready({"to": "team@example.com"})
+            approval_id = call.await_approval("Sends an email")
+            with tracker.message() as message:
+                message.delta("While you decide: ")
+                message.delta("the draft is ready.")
+            decision = await tracker.decision(approval_id)
+            if decision.approved:
+                call.start()
+                call.complete({"sent": True})
+            with tracker.message() as message:
+                message.delta("Done.")
+
+    async def start_turn(request: TurnRequest) -> None:
+        request.start_soon(agent, request)
+
+    with serve(ChatApp(bus, start_turn)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+            first = user("Email the team")
+            streamed = chunks((await http.post(API, json=first)).text)
+            assert kinds(streamed)[-4:] == [
+                "tool-approval-request",
+                "finish-step",
+                "finish",
+                "[DONE]",
+            ]
+            await eventually(lambda: len(bus.snapshot("c1").messages) == 1)
+            reply = approval_reply(first, streamed, True)
+            more = chunks((await http.post(API, json=reply)).text)
+            again = chunks((await http.post(API, json=reply)).text)
+    said = [c["delta"] for c in streamed + more if isinstance(c, dict) and "delta" in c]
+    assert "".join(said) == "While you decide: the draft is ready.Done."
+    assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
+    assert "tool-input-start" not in kinds(more)
+    assert again == more, "a retried continuation gets the same, and nothing runs twice"
+    assert [c.state for c in bus.snapshot("c1").calls] == [ts.CallState.COMPLETED]
+
+
+async def test_an_agent_that_stops_its_run_to_wait_is_resumed_in_the_same_message(
+    bus: ts.EventBus,
+) -> None:
+    """A start_turn agent that finishes its run "interrupted" to wait: the continuation
+    starts a new run (start_turn, once) that continues the client's message; the same
+    continuation sent again replays it and starts nothing."""
+    started: list[str] = []
+    trackers: dict[str, ts.Tracker] = {}  # kept between requests: it holds the waiting call
+
+    async def agent(request: TurnRequest) -> None:
+        tracker = trackers.setdefault(request.session, ts.Tracker(bus, request.session))
+        run = tracker.run(request.run_id).start()
+        if len(started) == 1:  # the first run asks, and stops to wait
+            with tracker.message(run_id=run.run_id) as message:
+                message.delta("Asking first.")
+            call = tracker.create("send_email", call_id="c1", run_id=run.run_id)
+            call.ready({"to": "team@example.com"})
+            call.await_approval("Sends an email")
+            run.finish("interrupted")
+            return
+        async with tracker.call("send_email", call_id="c1", run_id=run.run_id) as call:
+            call.complete({"sent": True})
+        with tracker.message(run_id=run.run_id) as message:
+            message.delta("Sent.")
+        run.finish()
+
+    async def start_turn(request: TurnRequest) -> None:
+        started.append(request.run_id)
+        request.start_soon(agent, request)
+
+    with serve(ChatApp(bus, start_turn)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+            first = user("Email the team")
+            streamed = chunks((await http.post(API, json=first)).text)
+            reply = approval_reply(first, streamed, True)
+            more = chunks((await http.post(API, json=reply)).text)
+            again = chunks((await http.post(API, json=reply)).text)
+    assert len(started) == 2, "the continuation resumed the agent once"
+    assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
+    assert "tool-output-available" in kinds(more)
+    assert again == more
+    assert len(started) == 2
 
 
 async def test_an_approval_asked_from_inside_a_running_call_pauses_and_continues(
@@ -281,20 +374,82 @@ async def test_shutdown_ends_the_responses_and_cancels_the_turns(
     assert (refused.status_code, refused.json()["code"]) == (503, "unavailable")
 
 
-async def test_a_turn_that_fails_to_start_is_a_500_and_one_that_never_starts_says_so(
-    bus: ts.EventBus,
-) -> None:
-    async def broken(request: TurnRequest) -> None:
-        raise RuntimeError("no worker available")
+def agui_input(text: str, thread: str, run: str) -> dict[str, Any]:
+    return {
+        "threadId": thread,
+        "runId": run,
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "messages": [{"id": "u1", "role": "user", "content": text}],
+    }
 
+
+async def raises_at_once(request: TurnRequest) -> None:
+    raise RuntimeError("no worker available")
+
+
+async def agent_raises_before_its_run(request: TurnRequest) -> None:
+    async def agent() -> None:
+        await anyio.sleep(0.05)
+        raise RuntimeError("the model is unavailable")
+
+    request.start_soon(agent)
+
+
+async def agent_raises_in_its_run(request: TurnRequest) -> None:
+    async def agent() -> None:
+        assert request.bus is not None
+        async with ts.Tracker(request.bus, request.session) as tracker:
+            with tracker.run(request.run_id), tracker.message() as message:
+                message.delta("Thinking.")
+                raise RuntimeError("the model is unavailable")
+
+    request.start_soon(agent)
+
+
+@pytest.mark.parametrize(
+    ("start_turn", "reason"),
+    [
+        (raises_at_once, "no worker available"),
+        (agent_raises_before_its_run, "the model is unavailable"),
+        (agent_raises_in_its_run, "the model is unavailable"),
+    ],
+)
+async def test_a_turn_that_fails_ends_with_the_dialects_error_and_one_log_line(
+    bus: ts.EventBus,
+    caplog: pytest.LogCaptureFixture,
+    start_turn: Any,
+    reason: str,
+) -> None:
+    """start_turn raising, or the agent raising before or after it announced its run:
+    a complete response (never a cut body) ending with the dialect's error, and one
+    line in the server's log with the reason."""
+    ai_sdk, agui = ChatApp(bus, start_turn), ChatApp(bus, start_turn, dialect="agui")
+    with caplog.at_level("DEBUG", logger="toolstream"), serve(ai_sdk) as a, serve(agui) as b:
+        async with httpx.AsyncClient(timeout=10) as http:
+            failed = await http.post(a.url + API, json=user("hi"))
+            ran = await http.post(b.url + "/agent", json=agui_input("hi", "t1", "r1"))
+    assert failed.status_code == 200
+    streamed = chunks(failed.text)
+    assert kinds(streamed)[-4:] == ["error", "finish-step", "finish", "[DONE]"]
+    assert reason in streamed[-4]["errorText"]
+    events = chunks(ran.text)
+    assert events[0]["type"] == "RUN_STARTED"
+    assert events[-1]["type"] == "RUN_ERROR" and reason in events[-1]["message"]
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2, [r.getMessage() for r in errors]  # one per request
+    assert all(reason in r.getMessage() and r.exc_info is None for r in errors)
+    assert not [r for r in caplog.records if "Exception in ASGI" in r.getMessage()]
+
+
+async def test_a_turn_that_never_starts_its_run_says_so(bus: ts.EventBus) -> None:
     async def silent(request: TurnRequest) -> None:
         return None  # never announces its run
 
-    with serve(ChatApp(bus, broken)) as a, serve(ChatApp(bus, silent, start_timeout=0.3)) as b:
+    with serve(ChatApp(bus, silent, start_timeout=0.3)) as b:
         async with httpx.AsyncClient(timeout=10) as http:
-            failed = await http.post(a.url + API, json=user("hi"))
-            assert failed.status_code == 500
-            assert "no worker available" in failed.json()["error"]
             quiet = await http.post(b.url + API, json=user("hi"))
             assert quiet.status_code == 200
             assert kinds(chunks(quiet.text)) == ["error", "[DONE]"]

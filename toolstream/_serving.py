@@ -27,6 +27,7 @@ from toolstream import (
     ApprovalExpired,
     ApprovalInvalid,
     ApprovalNotFound,
+    ApprovalResolved,
     Bus,
     BusClosed,
     BusUnavailable,
@@ -170,10 +171,19 @@ class Decided:
     status: int
     code: str
     body: dict[str, Any]
+    #: The resolution that stands (this decision's, or the one that won before it):
+    #: its envelope names the call and run the approval was for.
+    resolution: ApprovalResolved | None = None
 
 
-def _refusal(status: int, code: str, message: str, **extra: Any) -> Decided:
-    return Decided(status, code, {"error": message, "code": code, **extra})
+def _refusal(
+    status: int,
+    code: str,
+    message: str,
+    winner: ApprovalResolved | None = None,
+    **extra: Any,
+) -> Decided:
+    return Decided(status, code, {"error": message, "code": code, **extra}, winner)
 
 
 def _resolution(session: str, event: Any) -> dict[str, Any]:
@@ -226,13 +236,14 @@ async def decide(
         return _refusal(404, "not_found", "no such approval in this session")
     except ApprovalAlreadyResolved as exc:
         won = _resolution(session, exc.resolution)
-        return _refusal(409, "already_resolved", "the approval was already decided", resolution=won)
+        text = "the approval was already decided"
+        return _refusal(409, "already_resolved", text, exc.resolution, resolution=won)
     except ApprovalExpired as exc:
         won = _resolution(session, exc.resolution)
-        return _refusal(410, "expired", "the approval expired", resolution=won)
+        return _refusal(410, "expired", "the approval expired", exc.resolution, resolution=won)
     except (BusUnavailable, BusClosed) as exc:
         return _refusal(503, "unavailable", f"the event bus is unavailable: {exc}")
-    return Decided(200, "", _resolution(session, event))
+    return Decided(200, "", _resolution(session, event), event)
 
 
 class Dialects:

@@ -9,7 +9,7 @@ import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote
 
 import anyio
@@ -24,9 +24,12 @@ from toolstream import (
     BusUnavailable,
     DialectError,
     Event,
+    PayloadPolicy,
     Principal,
     RequestInfo,
+    RunFinished,
     RunSnapshot,
+    RunStarted,
     SlowConsumer,
     Snapshot,
     StreamReset,
@@ -67,7 +70,10 @@ class TurnRequest:
     messages: list[Any]
     body: dict[str, Any]
     principal: Any = None
+    #: The bus the ``ChatApp`` serves (what the agent's tracker publishes on).
+    bus: Bus | None = None
     _task_group: TaskGroup | None = attrs.field(default=None, alias="task_group", repr=False)
+    _on_error: _AgentFailed | None = attrs.field(default=None, alias="on_error", repr=False)
 
     @property
     def user_text(self) -> str:
@@ -92,10 +98,25 @@ class TurnRequest:
         return ""
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``await fn(*args)`` as this turn's agent, in the server process."""
+        """Run ``await fn(*args)`` as this turn's agent, in the server process. If it
+        raises, the server logs one line with the reason and the run ends ``failed``
+        (a run it never announced is announced failed): the client gets the dialect's
+        error, never a cut response."""
         if self._task_group is None:
             raise RuntimeError("this TurnRequest was not made by a ChatApp request")
-        self._task_group.start_soon(fn, *args)
+        self._task_group.start_soon(self._guarded, fn, args)
+
+    async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            await self._on_error(self.session, self.run_id, exc)
+
+
+class _AgentFailed(Protocol):
+    async def __call__(self, session: str, run_id: str, exc: BaseException) -> None: ...
 
 
 #: ``start_turn(request)``: start the agent (a task via ``request.start_soon``, or a
@@ -176,6 +197,7 @@ class ChatApp:
         self.buffer = buffer
         self._turns: dict[tuple[str, str], _Turn] = {}
         self._streams = serving.OpenStreams()
+        self._policy = PayloadPolicy()  # for the error of a turn that failed to start
 
     @property
     def active_turns(self) -> int:
@@ -264,8 +286,12 @@ class ChatApp:
         principal: Principal | bool,
         receive: serving.Receive,
         send: serving.Send,
+        *,
+        continues: str | None = None,
     ) -> None:
-        """A new turn: subscribe to its run, start it, stream it."""
+        """A new turn: subscribe to its run, start it, stream it. ``continues``: the
+        client's assistant message this turn continues (an agent that stopped its run
+        to wait for a person is resumed by a new run)."""
         run_id = chat.run_id or f"run_{secrets.token_hex(8)}"
         key = (chat.session, run_id)
         if key in self._turns:
@@ -297,18 +323,46 @@ class ChatApp:
                 messages=chat.messages,
                 body=chat.body,
                 principal=None if principal is True else principal,
+                bus=self.bus,
                 task_group=agents,
+                on_error=self._agent_failed,
             )
             try:
                 await self.start_turn(turn_request)
             except Exception as exc:
-                logger.exception("start_turn failed for chat %r", chat.session)
-                await sub.aclose()
-                await serving.respond(send, 500, f"the turn could not start: {exc}", code="error")
-                return
+                agents.cancel_scope.cancel()  # what it started before it raised stops too
+                _log_failure("start_turn", chat.session, run_id, exc)
+                await self._fail_run(chat.session, run_id, exc, only_unknown=True)
             finally:
                 started.set()  # the agent's group now ends with its tasks
-            await self._stream(sub, self._dialect(), receive, send, started=False)
+            dialect = self._dialect()
+            if continues is not None and isinstance(dialect, AISDK):
+                dialect.continue_message(continues)
+            await self._stream(sub, dialect, receive, send, started=False)
+
+    async def _agent_failed(self, session: str, run_id: str, exc: BaseException) -> None:
+        """An agent started with ``TurnRequest.start_soon`` raised: one log line, and
+        its run ends ``failed`` if it is still open (announced failed if it never was),
+        so every client of the turn gets the dialect's error."""
+        _log_failure("the agent", session, run_id, exc)
+        await self._fail_run(session, run_id, exc, only_unknown=False)
+
+    async def _fail_run(
+        self, session: str, run_id: str, exc: BaseException, *, only_unknown: bool
+    ) -> None:
+        try:
+            runs = {r.run_id: r for r in (await self._snapshot(session)).runs}
+            run = runs.get(run_id)
+            error = self._policy.error(exc)
+            if run is None:
+                self.bus.publish(RunStarted, session=session, run_id=run_id)
+            elif only_unknown or run.state != "running":
+                return
+            self.bus.publish(
+                RunFinished, session=session, run_id=run_id, outcome="failed", error=error
+            )
+        except (BusUnavailable, BusClosed) as exc2:
+            logger.warning("chat %r: could not announce run %r failed: %s", session, run_id, exc2)
 
     async def _continue(
         self,
@@ -317,43 +371,104 @@ class ChatApp:
         receive: serving.Receive,
         send: serving.Send,
     ) -> None:
-        """Decisions on a waiting run: apply them, stream what follows them."""
-        run_id = await self._waiting_run(chat)
-        if run_id is None:
-            # No run of the chat is open (its run finished "interrupted", the agent
-            # stopped to wait): the decisions are applied and a turn resumes the agent.
-            refused = await self._apply(chat, principal)
-            if refused is not None:
-                await serving.send_json(send, refused.status, refused.body)
-                return
-            await self._start(attrs.evolve(chat, decisions=[]), principal, receive, send)
+        """Decisions on a waiting run: apply them, then stream what follows them in the
+        run they continue — replayed from the run's start and sent from the point where
+        the client's response paused, so nothing is lost or sent twice (a retried POST
+        gets the same again; the agent never runs twice)."""
+        outcome = await self._apply(chat, principal)
+        if outcome.refusal is not None:
+            await serving.send_json(send, outcome.refusal.status, outcome.refusal.body)
             return
-        sub = self.bus.subscribe(
-            session=chat.session, run=run_id, snapshot=True, buffer=self.buffer
+        snapshot = await self._snapshot(chat.session)
+        runs = {r.run_id: r for r in snapshot.runs}
+        decided = [r for r in outcome.resolutions if r.run_id in runs]
+        target = max(
+            (runs[str(r.run_id)] for r in decided),
+            key=lambda r: r.started_ts or 0.0,
+            default=None,
         )
-        try:
-            await sub.prepare()
-            first = await sub.batches().__anext__()
-            dialect = self._dialect()
-            # The client has the run up to the wait: take on its state, end at the wait.
-            pending: set[str] = set()
-            head = list(first)
-            while head and isinstance(head[0], StreamReset):
-                reset = head.pop(0)
-                dialect.encode(reset)
-                _track(pending, reset)
-            dialect.pause()
-            if isinstance(dialect, AGUI):
-                dialect.continuation_id = chat.run_id
-            refused = await self._apply(chat, principal)
-            if refused is not None:
-                await sub.aclose()
-                await serving.send_json(send, refused.status, refused.body)
+        continues = _client_message_id(chat) if self.dialect == "ai_sdk" else None
+        if target is not None and target.state == "interrupted":
+            # The agent stopped its run to wait: its continuation is a new run (the
+            # newest one that started after it, once start_turn made it).
+            later = [r for r in snapshot.runs if (r.started_ts or 0.0) > (target.started_ts or 0.0)]
+            newest = max(later, key=lambda r: r.started_ts or 0.0, default=None)
+            if newest is None and outcome.fresh:
+                await self._start(
+                    attrs.evolve(chat, decisions=[]), principal, receive, send, continues=continues
+                )
                 return
-        except BaseException:
-            await sub.aclose()
-            raise
-        await self._stream(sub, dialect, receive, send, started=True, pending=pending, head=head)
+            if newest is not None:
+                await self._replay(chat, newest, set(), receive, send, continues=continues)
+                return
+            target = None
+        if target is None:
+            if outcome.fresh and not decided:
+                # Decisions on approvals of no run this chat still knows: resume the agent.
+                await self._start(
+                    attrs.evolve(chat, decisions=[]), principal, receive, send, continues=continues
+                )
+                return
+            await self._empty(send, continues, chat.run_id)  # a retry after everything ended
+            return
+        prime = {r.approval_id for r in decided if r.run_id == target.run_id}
+        await self._replay(chat, target, prime, receive, send, continues=None)
+
+    async def _replay(
+        self,
+        chat: ChatBody,
+        run: RunSnapshot,
+        prime: set[str],
+        receive: serving.Receive,
+        send: serving.Send,
+        *,
+        continues: str | None,
+    ) -> None:
+        """Stream ``run`` for a continuation: replayed from its start; with ``prime``,
+        the part up to (and with) the requests of those approvals is what the client
+        has already, and only what follows it is sent."""
+        if run.first_event_id is not None:
+            sub = self.bus.resume(
+                session=chat.session,
+                run=run.run_id,
+                after=run.first_event_id,
+                at=True,
+                buffer=self.buffer,
+            )
+        else:
+            sub = self.bus.subscribe(
+                session=chat.session, run=run.run_id, snapshot=True, buffer=self.buffer
+            )
+        await serving.prepared(sub)
+        dialect = self._dialect()
+        if isinstance(dialect, AGUI):
+            dialect.continuation_id = chat.run_id
+        if continues is not None and isinstance(dialect, AISDK):
+            dialect.continue_message(continues)
+        await self._stream(
+            sub,
+            dialect,
+            receive,
+            send,
+            started=True,
+            prime=prime if prime else None,
+            decided=frozenset(d.approval_id for d in chat.decisions),
+        )
+
+    async def _empty(self, send: serving.Send, continues: str | None, run_id: str | None) -> None:
+        """A well-formed, empty response: a retried continuation whose run is gone."""
+        dialect = self._dialect()
+        if continues is not None and isinstance(dialect, AISDK):
+            dialect.continue_message(continues)
+        encoder = Encoder(dialect)
+        name = run_id or f"run_{secrets.token_hex(8)}"
+        started = RunStarted(id="0-0", ts=time.time(), session="", run_id=name)
+        finished = RunFinished(id="0-0", ts=time.time(), session="", run_id=name)
+        body = [encode_frame(f) for e in (started, finished) for f in encoder.encode(e)]
+        body += _frames(encoder, dialect.close())
+        headers = serving.stream_headers(dialect)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"".join(body)})
 
     async def _snapshot(self, session: str) -> Snapshot:
         """The session's state: read without blocking the loop on a broker bus."""
@@ -363,27 +478,11 @@ class ChatApp:
             return snapshot
         return self.bus.snapshot(session)
 
-    async def _waiting_run(self, chat: ChatBody) -> str | None:
-        """The open run the decisions continue: the run of a call asking for one of
-        them; else the run the client's message is (AI SDK: its id is the run's); else
-        the chat's newest open run."""
-        snapshot = await self._snapshot(chat.session)
-        open_runs = {r.run_id for r in snapshot.open_runs}
-        wanted = {d.approval_id for d in chat.decisions}
-        for call in snapshot.calls:
-            pending = call.approval
-            if pending is not None and pending.approval_id in wanted and call.run_id in open_runs:
-                return call.run_id
-        last = chat.messages[-1] if chat.messages else None
-        message_id = last.get("id") if isinstance(last, dict) else None
-        if isinstance(message_id, str) and message_id in open_runs:
-            return message_id
-        newest = _newest(snapshot)
-        return None if newest is None else newest.run_id
-
-    async def _apply(self, chat: ChatBody, principal: Principal | bool) -> serving.Decided | None:
-        """Apply the decisions; the first refusal (as the decision endpoints answer it),
-        or None. A decision already made the same way (a client retrying) is no error."""
+    async def _apply(self, chat: ChatBody, principal: Principal | bool) -> _Applied:
+        """Apply the decisions: the resolutions that stand for them, whether any was
+        applied by this request, or the first refusal (as the decision endpoints answer
+        it). A decision already made the same way (a client retrying) is no error."""
+        applied = _Applied()
         for decision in chat.decisions:
             body = {"approval_id": decision.approval_id, "approved": decision.approved}
             if decision.reason is not None:
@@ -393,13 +492,18 @@ class ChatApp:
             outcome = await serving.decide(self.bus, principal, chat.session, body)
             if outcome.status == 409:
                 won = outcome.body.get("resolution", {})
-                if won.get("approved") == decision.approved:
+                if won.get("approved") == decision.approved and outcome.resolution is not None:
+                    applied.resolutions.append(outcome.resolution)
                     continue
             if outcome.status == 503:
                 raise BusUnavailable(outcome.body["error"])
             if outcome.status != 200:
-                return outcome
-        return None
+                applied.refusal = outcome
+                return applied
+            applied.fresh = True
+            if outcome.resolution is not None:
+                applied.resolutions.append(outcome.resolution)
+        return applied
 
     # -- GET …/<chat id>/stream: resume ------------------------------------------------------
 
@@ -501,68 +605,133 @@ class ChatApp:
         send: serving.Send,
         *,
         started: bool,
-        pending: set[str] | None = None,
-        head: list[Event] | None = None,
+        prime: set[str] | None = None,
+        decided: frozenset[str] = frozenset(),
     ) -> None:
-        """Send the run's stream (``head`` first: events read already) until it ends, or
-        until it waits for a person."""
+        """Send the run's stream until it ends, or until it waits for a person.
+
+        ``prime``: the approvals whose requests end what the client already has (the
+        response it continues paused there): what comes up to the last of them only
+        brings the dialect up to date, and the response starts after it. ``decided``:
+        approvals the client has answered (never waited for again here)."""
         encoder = Encoder(dialect)
-        waiting: set[str] = set() if pending is None else pending
+        pump = _Pump(self, sub, encoder, send, started, prime, decided)
         try:
             headers = serving.stream_headers(dialect)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await serving.event_stream(
-                self._streams,
-                receive,
-                send,
-                lambda: self._pump(sub, encoder, send, waiting, started, head or []),
-            )
+            await serving.event_stream(self._streams, receive, send, pump.run)
         except OSError:  # the client went away before the stream began
             pass
         finally:
             sub.close()
 
-    async def _pump(
+
+class _Pump:
+    """One response's writer: reads the run's batches, encodes them, and ends the
+    response at the end of the run or right after the last approval request of the
+    batch that made the run wait for a person (what follows it comes in the response
+    that continues, which starts there)."""
+
+    def __init__(
         self,
+        app: ChatApp,
         sub: Subscription[Any],
         encoder: Encoder,
         send: serving.Send,
-        waiting: set[str],
         started: bool,
-        head: list[Event],
+        prime: set[str] | None,
+        decided: frozenset[str],
     ) -> None:
+        self.app = app
+        self.sub = sub
+        self.encoder = encoder
+        self.send = send
+        self.started = started
+        self.prime = None if prime is None else set(prime)
+        self.decided = decided
+        self.waiting: set[str] = set()
+
+    def _track(self, event: Event) -> None:
+        """Keep the set of approvals waiting for a decision up to date."""
+        if isinstance(event, ApprovalRequested):
+            if event.approval_id not in self.decided:
+                self.waiting.add(event.approval_id)
+        elif isinstance(event, ApprovalResolved):
+            self.waiting.discard(event.approval_id)
+        elif isinstance(event, StreamReset):
+            self.waiting = {
+                c.approval.approval_id
+                for c in event.snapshot.calls
+                if c.approval and c.approval.approval_id not in self.decided
+            }
+
+    def _primed(self, event: Event) -> bool:
+        """Bring the dialect up to date with an event the client has (True), or say
+        that sending starts here (False)."""
+        prime = self.prime
+        if prime is None:
+            return False
+        self.encoder.encode(event)  # the client has it: nothing is sent
+        self._track(event)
+        if isinstance(event, ApprovalRequested):
+            prime.discard(event.approval_id)
+        if not prime or isinstance(event, StreamReset):
+            # The client's response paused here: what follows continues it.
+            self.prime = None
+            dialect = self.encoder.dialect
+            assert isinstance(dialect, RunFramedDialect)
+            dialect.pause()
+        return True
+
+    async def run(self) -> None:
+        encoder, send = self.encoder, self.send
         dialect = encoder.dialect
         assert isinstance(dialect, RunFramedDialect)
-        deadline = None if started else time.monotonic() + self.start_timeout
-        batches = sub.batches()
+        app = self.app
+        deadline = None if self.started else time.monotonic() + app.start_timeout
+        batches = self.sub.batches()
         try:
             while True:
-                wait = self.heartbeat
+                wait = app.heartbeat
                 if deadline is not None:
                     wait = min(wait, max(0.0, deadline - time.monotonic()))
                 batch: list[Event] | None = None
-                if head:
-                    batch, head = head, []
-                else:
-                    with anyio.move_on_after(wait):
-                        try:
-                            batch = await batches.__anext__()
-                        except StopAsyncIteration:
-                            break
+                with anyio.move_on_after(wait):
+                    try:
+                        batch = await batches.__anext__()
+                    except StopAsyncIteration:
+                        break
                 if batch is None:
                     if deadline is not None and time.monotonic() >= deadline:
                         text = "the agent did not start its run in time"
                         await _write(send, _frames(encoder, dialect.fail(text, "NoStart")))
                         return
-                    await _write(send, [_PING])
+                    if self.prime is None:
+                        await _write(send, [_PING])
                     continue
                 out: list[bytes] = []
+                ends = -1  # where a wait for a person ends the response
+                sent: list[Event] = []
                 for event in batch:
+                    if self._primed(event):
+                        continue
+                    sent.append(event)
+                settled = {e.approval_id for e in sent if isinstance(e, ApprovalResolved)}
+                for k, event in enumerate(sent):
+                    if (
+                        isinstance(event, ApprovalRequested)
+                        and event.approval_id not in self.decided
+                        and event.approval_id not in settled
+                    ):
+                        ends = k
+                for k, event in enumerate(sent):
+                    if ends >= 0 and k > ends:
+                        break  # after the wait: the continuation sends it
                     out += [encode_frame(f) for f in encoder.encode(event)]
-                    _track(waiting, event)
+                    self._track(event)
                 if out:
                     deadline = None
-                if waiting:
+                if self.waiting and self.prime is None:
                     out += _frames(encoder, dialect.pause())
                     await _write(send, out)
                     return
@@ -581,20 +750,43 @@ class ChatApp:
         await _write(send, _frames(encoder, dialect.close()))
 
 
+@attrs.define
+class _Applied:
+    """What a continuation's decisions came to."""
+
+    #: The resolutions that stand for the decisions (this request's or earlier ones').
+    resolutions: list[ApprovalResolved] = attrs.field(factory=list)
+    #: True when this request applied at least one decision (not a retry).
+    fresh: bool = False
+    #: The first refusal (sent as the decision endpoints send it), if any.
+    refusal: serving.Decided | None = None
+
+
+def _client_message_id(chat: ChatBody) -> str | None:
+    """The id of the assistant message an AI SDK continuation continues."""
+    last = chat.messages[-1] if chat.messages else None
+    message_id = last.get("id") if isinstance(last, dict) else None
+    return message_id if isinstance(message_id, str) and message_id else None
+
+
+def _describe(exc: BaseException) -> str:
+    """``"RuntimeError: the model is unavailable"`` (the leaves of an exception group)."""
+    leaves = getattr(exc, "exceptions", None)
+    if isinstance(leaves, tuple) and leaves:
+        return "; ".join(_describe(e) for e in leaves)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _log_failure(what: str, session: str, run_id: str, exc: BaseException) -> None:
+    """One line with the reason (the traceback at debug level)."""
+    logger.error("chat %r run %r: %s failed: %s", session, run_id, what, _describe(exc))
+    logger.debug("the failure of chat %r run %r", session, run_id, exc_info=exc)
+
+
 def _newest(snapshot: Snapshot) -> RunSnapshot | None:
     """The chat's newest open run (the active turn), if any."""
     return max(snapshot.open_runs, key=lambda r: r.started_ts or 0.0, default=None)
-
-
-def _track(waiting: set[str], event: Event) -> None:
-    """Keep the set of approvals waiting for a decision up to date."""
-    if isinstance(event, ApprovalRequested):
-        waiting.add(event.approval_id)
-    elif isinstance(event, ApprovalResolved):
-        waiting.discard(event.approval_id)
-    elif isinstance(event, StreamReset):
-        waiting.clear()
-        waiting.update(c.approval.approval_id for c in event.snapshot.calls if c.approval)
 
 
 def _frames(encoder: Encoder, messages: list[WireMessage]) -> list[bytes]:

@@ -74,6 +74,8 @@ class AISDK(RunFramedDialect):
         # The approvals the client was asked when the response paused: it answers them
         # in the request that continues the message, so it holds their decisions.
         self._answered: set[str] = set()
+        # The client's assistant message the next run continues (continue_message()).
+        self._continued: str | None = None
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -92,7 +94,10 @@ class AISDK(RunFramedDialect):
             # The run that resumes calls left waiting for a person continues their
             # assistant message (the client keeps the parts of the same message id).
             message_id = self._waiting
+        elif self._continued is not None:
+            message_id = self._continued
         self._waiting = None
+        self._continued = None
         self._message_id = message_id
         return [self._msg("start", messageId=message_id), self._msg("start-step")]
 
@@ -351,6 +356,12 @@ class AISDK(RunFramedDialect):
                 restart = [self._msg("start", messageId=self._message_id), self._msg("start-step")]
                 out = restart + out
         return out
+
+    def continue_message(self, message_id: str) -> None:
+        """The next run continues the client's assistant message ``message_id`` (its
+        ``start`` carries that id): a run that resumes an agent which stopped to wait
+        for a person, so the client keeps one message for the turn."""
+        self._continued = message_id
 
     def pause(self) -> list[WireMessage]:
         """End this response where the run waits for a person: the open text parts end,
