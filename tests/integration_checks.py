@@ -61,7 +61,12 @@ def ai_sdk_part_states(events: list[ts.Event]) -> dict[str, str]:
         cases.append({"name": name, "dialect": name, "messages": wire(frames)})
     results = run_node_checks(cases)
     assert all(r["ok"] for r in results), results
-    return {p["toolCallId"]: p["state"] for m in results[1]["messages"] for p in m["parts"]}
+    return {
+        p["toolCallId"]: p["state"]
+        for m in results[1]["messages"]
+        for p in m["parts"]
+        if p.get("toolCallId")
+    }
 
 
 def import_error_names_the_extra(module: str, framework_module: str, extra: str) -> None:

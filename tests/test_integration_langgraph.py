@@ -221,21 +221,24 @@ async def test_a_tool_that_asks_a_person(verdict: str) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(person)
         command = await resume_command(tracker, interrupts)
-    await drain(tracker, graph, command)
+    chunks = await drain(tracker, graph, command)
     tracker.close()
     kinds = types_of(bus, "call_m")
     assert kinds.count("tool.approval.requested") == kinds.count("tool.approval.resolved") == 1
-    assert kinds[-1] == "tool.completed", "the tool decides what a refusal means"
-    done = next(e for e in events_of(bus) if isinstance(e, ts.ToolCompleted))
-    assert (
-        done.result
-        == {
-            "approve": "sent to bob",
-            "edit": "sent to carol",
-            "deny": "not sent: no",
-            "expire": "not sent: denied",
-        }[verdict]
-    )
+    if verdict in ("approve", "edit"):
+        assert kinds[-1] == "tool.completed"
+        done = next(e for e in events_of(bus) if isinstance(e, ts.ToolCompleted))
+        assert done.result == ("sent to bob" if verdict == "approve" else "sent to carol")
+    else:
+        # A refusal ends the call denied; the tool, entered again as LangGraph does, is
+        # told (what it returns goes to the model) and is no second card.
+        assert kinds[-1] == "tool.denied" and kinds.count("tool.denied") == 1
+        denied = next(e for e in events_of(bus) if isinstance(e, ts.ToolDenied))
+        assert denied.by == ("alice" if verdict == "deny" else "timeout")
+        assert {e.call_id for e in events_of(bus) if e.call_id} == {"call_m"}
+        told = [c for c in chunks if "tools" in c]
+        said = told[0]["tools"]["messages"][0].content
+        assert said == ("not sent: no" if verdict == "deny" else "not sent: denied")
     outcomes = [e.outcome for e in events_of(bus) if isinstance(e, ts.RunFinished)]
     assert outcomes == ["interrupted", "completed"]
     assert_lifecycle(events_of(bus), compare=bus.compare)
@@ -362,3 +365,87 @@ async def test_human_in_the_loop_middleware_is_an_approval(
 
 def test_without_langgraph_the_import_error_names_the_extra() -> None:
     import_error_names_the_extra("toolstream.integrations.langgraph", "langgraph", "langgraph")
+
+
+class Talkative(ScriptedChat):
+    """Says something (reasoning blocks, then text) before each scripted turn's calls."""
+
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        if self.n < len(self.turns):
+            thinking: Any = [{"type": "reasoning", "reasoning": "A search. "}]
+            yield ChatGenerationChunk(message=AIMessageChunk(content=thinking))
+            for word in ("Searching ", "now."):
+                yield ChatGenerationChunk(message=AIMessageChunk(content=word))
+        async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
+            yield chunk
+
+
+def talkative_graph(*turns: list[dict[str, Any]]) -> Any:
+    model = Talkative(turns=list(turns))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([web_search]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("messages", [True, False])
+async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = talkative_graph([first("web_search", "call_w", '{"q": "x"}')])
+    await drain(tracker, graph, {"messages": [("user", "go")]}, messages=messages)
+    tracker.close()
+    seen: list[tuple[str, str]] = []
+    for event in events_of(bus):
+        if isinstance(event, ts.MessageDelta):
+            if seen and seen[-1][0] == event.kind:
+                seen[-1] = (event.kind, seen[-1][1] + event.text)
+            else:
+                seen.append((event.kind, event.text))
+        elif isinstance(event, (ts.MessageFinished, ts.ToolCreated)):
+            seen.append((event.type, event.call_id))
+    if not messages:
+        assert seen == [("tool.created", "call_w")]
+        return
+    assert seen == [
+        ("reasoning", "A search. "),
+        ("text", "Searching now."),
+        ("message.finished", ""),
+        ("tool.created", "call_w"),
+        ("text", "done"),
+        ("message.finished", ""),
+    ]
+
+
+async def test_inside_an_open_run_a_graph_run_joins_it() -> None:
+    """A caller's own ``tracker.run()`` around several graph runs (a turn that resumes
+    the graph after a person decided) is one run: the calls and words are its own."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_graph([first("send_email", "call_m", '{"to": "b"}')])
+    async with tracker.run("turn-1"):
+        await drain(tracker, graph, {"messages": [("user", "go")]})
+        pending = bus.snapshot("s").calls[0].approval
+        assert pending is not None
+        await bus.resolve_approval("s", pending.approval_id, approved=True, by="alice")
+        await drain(
+            tracker,
+            graph,
+            await resume_command(tracker, (await graph.aget_state(CONFIG)).interrupts),
+        )
+    tracker.close()
+    runs = [
+        (e.type, e.run_id) for e in events_of(bus) if isinstance(e, (ts.RunStarted, ts.RunFinished))
+    ]
+    assert runs == [("run.started", "turn-1"), ("run.finished", "turn-1")]
+    assert {e.run_id for e in events_of(bus)} == {"turn-1"}
+    assert types_of(bus, "call_m")[-1] == "tool.completed"

@@ -222,3 +222,44 @@ async def test_every_dialect_of_an_agents_run_passes_the_peers_validators() -> N
 
 def test_without_the_sdk_the_import_error_names_the_extra() -> None:
     import_error_names_the_extra("toolstream.integrations.openai_agents", "agents", "openai-agents")
+
+
+@pytest.mark.parametrize("messages", [True, False])
+async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
+    from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    thought = ResponseReasoningItem(
+        id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="A search. ")]
+    )
+    agent = agent_with(
+        [
+            thought,
+            assistant_message("Searching now."),
+            function_call("web_search", {"q": "x"}, call_id="call_w"),
+        ]
+    )
+    await run(tracker, agent, "go", messages=messages)
+    tracker.close()
+    seen: list[tuple[str, str]] = []
+    for event in events_of(bus):
+        if isinstance(event, ts.MessageDelta):
+            if seen and seen[-1][0] == event.kind:
+                seen[-1] = (event.kind, seen[-1][1] + event.text)
+            else:
+                seen.append((event.kind, event.text))
+        elif isinstance(event, (ts.MessageFinished, ts.ToolCreated)):
+            seen.append((event.type, event.call_id))
+    if not messages:
+        assert seen == [("tool.created", "call_w")]
+        return
+    assert seen == [
+        ("reasoning", "A search. "),
+        ("text", "Searching now."),
+        ("message.finished", ""),
+        ("tool.created", "call_w"),
+        ("text", "done"),
+        ("message.finished", ""),
+    ]
+    assert_lifecycle(events_of(bus), compare=bus.compare)

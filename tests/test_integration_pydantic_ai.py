@@ -250,3 +250,51 @@ def test_without_the_framework_the_import_error_names_the_extra() -> None:
     import_error_names_the_extra(
         "toolstream.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"
     )
+
+
+def words(bus: ts.EventBus) -> list[tuple[str, str]]:
+    """Each message's (kind, text) and each call's first event, in bus order."""
+    out: list[tuple[str, str]] = []
+    for event in events_of(bus):
+        if isinstance(event, ts.MessageDelta):
+            if out and out[-1][0] == event.kind:
+                out[-1] = (event.kind, out[-1][1] + event.text)
+            else:
+                out.append((event.kind, event.text))
+        elif isinstance(event, ts.MessageFinished):
+            out.append(("end", ""))
+        elif isinstance(event, ts.ToolCreated):
+            out.append(("call", event.call_id))
+    return out
+
+
+@pytest.mark.parametrize("messages", [True, False])
+async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
+    from pydantic_ai.models.function import DeltaThinkingPart
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    model = scripted(
+        [
+            {0: DeltaThinkingPart(content="The user wants a search. ")},
+            "Searching ",
+            "now.",
+            call(2, "web_search", "call_w", '{"q": "anyio"}'),
+        ],
+        ["Found ", "it."],
+    )
+    agent = make_agent(model)
+    await agent.run("go", capabilities=[capability(tracker, messages=messages)])
+    tracker.close()
+    if not messages:
+        assert not [e for e in events_of(bus) if isinstance(e, ts.MessageStarted)]
+        return
+    assert words(bus) == [
+        ("reasoning", "The user wants a search. "),
+        ("text", "Searching now."),
+        ("end", ""),
+        ("call", "call_w"),
+        ("text", "Found it."),
+        ("end", ""),
+    ]
+    assert_lifecycle(events_of(bus), compare=bus.compare)

@@ -254,6 +254,33 @@ def test_lenient_violations_are_dropped_logged_and_counted(
     assert [e.type for e in sub.take_nowait()] == ["tool.created", "tool.started", "tool.completed"]
 
 
+def test_deny_ends_a_call_denied_once(bus: ts.EventBus) -> None:
+    """A refusal decided outside toolstream's approvals (or acted on by the tool that
+    asked from inside) ends the call ``denied``: terminal, once, summarized; a second
+    terminal is a violation."""
+    sub = bus.subscribe(session="s")
+    tracker = ts.Tracker(bus, "s", strict=True)
+    call = tracker.create("send_email", call_id="c1")
+    call.start({"to": "x", "token": "sk-live-0123456789abcdef"})
+    call.deny("the person said no (sk-live-0123456789abcdef)", by="alice")
+    assert call.state is ts.CallState.DENIED and call.done
+    with pytest.raises(ts.LifecycleError, match="deny"):
+        call.deny()
+    with pytest.raises(ts.LifecycleError, match="complete"):
+        call.complete(1)
+    events = sub.take_nowait()
+    assert [e.type for e in events] == ["tool.created", "tool.started", "tool.denied"]
+    denied = events[-1]
+    assert isinstance(denied, ts.ToolDenied) and denied.by == "alice"
+    assert denied.reason == "the person said no ([redacted])"
+    assert denied.summary == "send_email was denied by alice: the person said no ([redacted])"
+    assert_lifecycle(events)
+    view = ts.LiveView()
+    for event in events:
+        view.apply(event)
+    assert view.calls["c1"].state is ts.CallState.DENIED
+
+
 def test_backwards_transitions_are_violations(bus: ts.EventBus) -> None:
     tracker = ts.Tracker(bus, "s", strict=True)
     call = tracker.create("t", call_id="c1")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .approvals import Decision, check_timeout, new_approval_id
+from .approvals import Decision, check_timeout, denied_summary, new_approval_id
 from .coalescer import NOTHING
 from .errors import BusClosed, LifecycleError
 from .events import (
@@ -24,6 +24,7 @@ from .events import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -502,6 +503,26 @@ class CallHandle:
             if self._report("cancel", self._state < DONE):
                 self._finish_locked(
                     CallState.CANCELLED, ToolCancelled, reason=published, summary=summary
+                )
+
+    def deny(self, reason: str | None = None, *, by: str | None = None) -> None:
+        """A person refused the call, and the refusal ends it: ``tool.denied``
+        (``reason`` says why, ``by`` who). Terminal.
+
+        For a refusal decided outside toolstream's approvals, or one a framework acts on
+        itself (an approval asked from inside the running tool, whose tool stops when it
+        is refused): a call waiting for a toolstream approval ends ``denied`` on its
+        own when the approval is refused."""
+        t = self._tracker
+        shown_reason = t.payload.text(reason)
+        shown_by = t.payload.text(by)
+        summary = None
+        if not self.hidden:
+            summary = t.payload.text(denied_summary(self.tool, by, reason))
+        with t._lock:
+            if self._report("deny", self._state < DONE):
+                self._finish_locked(
+                    CallState.DENIED, ToolDenied, reason=shown_reason, by=shown_by, summary=summary
                 )
 
     # -- approval ----------------------------------------------------------------------

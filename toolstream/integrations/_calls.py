@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from toolstream._core.scopes import is_cancellation
 
 if TYPE_CHECKING:
-    from toolstream import CallHandle, Decision, Tracker
+    from toolstream import CallHandle, Decision, MessageHandle, Tracker
 
 __all__ = [
     "Bounded",
     "Calls",
     "Outcome",
+    "Words",
     "calls_of",
     "every_calls",
     "follower_of",
@@ -47,8 +48,47 @@ class Bounded(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self._items.get(key)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
     def pop(self, key: K) -> V | None:
         return self._items.pop(key, None)
+
+
+class Words:
+    """The model's text and reasoning as the run's messages (``tracker.message()``):
+    one message per message of the model (``key``: the framework's id for it), ended
+    before a call's card or an approval request, so a turn reads text, cards, text —
+    in the order the model wrote them."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+        #: False: publish no text (``messages=False``).
+        self.enabled = True
+        self._current: MessageHandle | None = None
+        self._key: object = None
+
+    def add(self, key: object, text: object, kind: str = "text") -> None:
+        """Append ``text`` (answer text, or ``kind="reasoning"``) to the model's message
+        ``key``; a new message when ``key`` changes or the last one ended."""
+        if not self.enabled or not isinstance(text, str) or not text:
+            return
+        current = self._current
+        if current is None or current.finished or key != self._key:
+            self.end()
+            current = self._current = self.calls.tracker.message(run_id=self.calls.run_id)
+            self._key = key
+        if kind == "reasoning":
+            current.reasoning(text)
+        else:
+            current.delta(text)
+
+    def end(self) -> None:
+        """The model's message so far is complete (a call's card, a wait, the run's end
+        comes next)."""
+        current, self._current = self._current, None
+        if current is not None and not current.finished:
+            current.finish()
 
 
 class Calls:
@@ -65,11 +105,15 @@ class Calls:
         self.run_id: str | None = None
         #: Seconds an approval may wait for a person (None: no expiry).
         self.approval_timeout: float | None = None
+        #: The model's text and reasoning, as the run's messages.
+        self.words = Words(self)
 
     def handle(self, call_id: str, tool: str) -> CallHandle:
-        """The open call of this id, or a new one."""
+        """The open call of this id, or a new one (the model's text so far ends first:
+        the card comes after it)."""
         handle = self.handles.get(call_id)
         if handle is None or handle.done:
+            self.words.end()
             handle = self.tracker.create(tool, call_id=call_id, run_id=self.run_id, announce=False)
             self.handles[call_id] = handle
         elif self.run_id is not None and handle.run_id != self.run_id:
@@ -111,6 +155,7 @@ class Calls:
         is pending already; its approval id, recorded for the decision."""
         approval_id = handle.approval_id
         if approval_id is None:
+            self.words.end()  # the words before a wait are complete before it
             approval_id = handle.await_approval(reason, timeout=self.approval_timeout)
         self.approvals[handle.call_id] = approval_id
         return approval_id
@@ -158,16 +203,34 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def framework_run(calls: Calls, run_id: str | None) -> Iterator[Outcome]:
+def framework_run(
+    calls: Calls, run_id: str | None, *, framework_id: bool = False
+) -> Iterator[Outcome]:
     """One toolstream run around one framework run: calls reported inside join it; it
     finishes ``cancelled`` or ``failed`` as the body ends, else ``interrupted`` when the
-    body set ``outcome.waiting``, else ``completed``."""
+    body set ``outcome.waiting``, else ``completed``.
+
+    Inside an open ``tracker.run()`` (a chat turn that drives the framework, perhaps
+    several times across a wait for a person) the framework run joins that run instead:
+    its calls and messages are the turn's, and the run's owner ends it. ``run_id``, if
+    the caller chose it, must then be that run's (else the framework run is its own);
+    ``framework_id``: ``run_id`` is the framework's own id, never a choice."""
+    enclosing = calls.tracker._run_for(None)
+    if enclosing is not None and (run_id is None or framework_id or run_id == enclosing):
+        previous, calls.run_id = calls.run_id, enclosing
+        try:
+            yield Outcome()
+        finally:
+            calls.words.end()
+            calls.run_id = previous
+        return
     run = calls.tracker.run(run_id=run_id).start()
     previous, calls.run_id = calls.run_id, run.run_id
     outcome = Outcome()
     try:
         yield outcome
     except BaseException as exc:
+        calls.words.end()
         if is_cancellation(exc):
             run.finish("cancelled")
         else:
@@ -175,6 +238,7 @@ def framework_run(calls: Calls, run_id: str | None) -> Iterator[Outcome]:
         raise
     finally:
         calls.run_id = previous
+    calls.words.end()
     run.finish("interrupted" if outcome.waiting else "completed")
 
 

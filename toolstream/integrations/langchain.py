@@ -32,12 +32,14 @@ from langchain_core.callbacks import AsyncCallbackHandler  # noqa: E402
 if TYPE_CHECKING:
     from toolstream import Tracker
 
-__all__ = ["ToolstreamCallbackHandler", "apply_chunk", "apply_custom", "end_call"]
+__all__ = ["ToolstreamCallbackHandler", "apply_chunk", "apply_custom", "apply_words", "end_call"]
 
 
 def apply_chunk(calls: Calls, message: Any) -> None:
-    """An ``AIMessageChunk``'s ``tool_call_chunks``: a card at a call's first chunk, its
+    """An ``AIMessageChunk`` (or a whole ``AIMessage``): its text and reasoning as the
+    run's message, then its ``tool_call_chunks`` — a card at a call's first chunk, its
     arguments as they stream (chunks after the first carry only their ``index``)."""
+    apply_words(calls, message)
     chunks = getattr(message, "tool_call_chunks", None) or ()
     key = getattr(message, "id", None) or ""
     for chunk in chunks:
@@ -53,6 +55,31 @@ def apply_chunk(calls: Calls, message: Any) -> None:
         handle = calls.handle(call_id, chunk.get("name") or "tool")
         if calls.state_of(handle) in (None, "created"):
             handle.args_delta(chunk.get("args") or "")
+
+
+def apply_words(calls: Calls, message: Any) -> None:
+    """The text and reasoning of a model's message (chunk), in the order of its content
+    blocks (LangChain's standard ``content_blocks``: any provider's format)."""
+    if getattr(message, "type", None) not in ("AIMessageChunk", "ai") or not calls.words.enabled:
+        return
+    key = getattr(message, "id", None)
+    try:
+        blocks = message.content_blocks
+    except Exception:  # a provider format LangChain cannot read: its plain text only
+        content = getattr(message, "content", None)
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            calls.words.add(key, block.get("text"))
+        elif kind == "reasoning":
+            calls.words.add(key, block.get("reasoning"), "reasoning")
+        elif kind == "non_standard":  # e.g. Anthropic thinking without provider metadata
+            value = block.get("value")
+            if isinstance(value, dict) and value.get("type") == "thinking":
+                calls.words.add(key, value.get("thinking"), "reasoning")
 
 
 # (message id, chunk index) -> call id: a chunk after the first names only its index.
@@ -89,12 +116,15 @@ def apply_custom(calls: Calls, data: Any) -> None:
 
 
 class ToolstreamCallbackHandler(AsyncCallbackHandler):
-    """A LangChain callback handler that announces tool calls on ``tracker``:
-    ``config={"callbacks": [ToolstreamCallbackHandler(tracker)]}``."""
+    """A LangChain callback handler that announces tool calls on ``tracker``, and the
+    model's streamed text and reasoning as the run's messages (``messages=False``:
+    calls only): ``config={"callbacks": [ToolstreamCallbackHandler(tracker)]}``."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: Tracker, *, messages: bool = True) -> None:
         self.tracker = tracker
         self.calls = calls_of(tracker)
+        #: The model's streamed text and reasoning go out as the run's messages too.
+        self.calls.words.enabled = messages
         self._runs: dict[UUID, str] = {}  # the tool's run id -> call id
 
     async def on_llm_new_token(

@@ -23,11 +23,12 @@ Install with ``pip install "toolstream[langgraph]"``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
 from toolstream.integrations._calls import Bounded, calls_of, framework_run, refusal
+from toolstream.integrations._chat import TurnOptions, approval_timeout_for, start_turn_for
 from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
 
 require("langgraph", "langgraph", "LangGraph")
@@ -37,8 +38,9 @@ from langgraph.types import Command  # noqa: E402
 
 if TYPE_CHECKING:
     from toolstream import Decision, Tracker
+    from toolstream.chat import StartTurn, TurnRequest
 
-__all__ = ["report_progress", "resume_command", "track_graph"]
+__all__ = ["chat_agent", "report_progress", "resume_command", "track_graph"]
 
 #: The stream modes the integration reads.
 NEEDED = ("messages", "tools", "custom", "updates")
@@ -62,16 +64,19 @@ async def track_graph(
     stream_mode: str | Sequence[str] = "updates",
     run_id: str | None = None,
     approval_timeout: float | None = None,
+    messages: bool = True,
     **options: Any,
 ) -> AsyncIterator[Any]:
     """Stream ``graph`` with ``input`` and ``config`` (``graph.astream``), announcing its
-    tool calls on ``tracker``; re-yield the chunks of ``stream_mode`` as ``astream`` would
-    (a chunk for one mode, ``(mode, chunk)`` for several)."""
+    tool calls on ``tracker`` and the model's text and reasoning as the run's messages
+    (``messages=False``: calls only); re-yield the chunks of ``stream_mode`` as
+    ``astream`` would (a chunk for one mode, ``(mode, chunk)`` for several)."""
     asked = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
     modes = list(dict.fromkeys([*asked, *NEEDED]))
     single = isinstance(stream_mode, str)
     calls = calls_of(tracker)
     calls.approval_timeout = approval_timeout
+    calls.words.enabled = messages
     with framework_run(calls, run_id) as outcome:
         async for mode, chunk in graph.astream(input, config, stream_mode=modes, **options):
             if mode == "messages":
@@ -92,6 +97,12 @@ def _tool_event(calls: Any, data: dict[str, Any]) -> None:
     if not isinstance(call_id, str):
         return
     kind = data.get("event")
+    if call_id in _REFUSED:
+        # A tool that asked from inside and was refused is entered again on resume (as
+        # LangGraph does): the call ended denied; what the tool does now is not a card.
+        if kind in ("tool-finished", "tool-error"):
+            _REFUSED.pop(call_id)
+        return
     if kind == "tool-started":
         calls.start(call_id, str(data.get("tool_name") or "tool"), data.get("input") or {})
     elif kind == "tool-output-delta":
@@ -138,6 +149,8 @@ def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
 
 # interrupt id -> call id, for resume_command.
 _INTERRUPTS: Bounded[str, str] = Bounded()
+# Calls refused while their tool waited inside (ended denied): their re-entry is ignored.
+_REFUSED: Bounded[str, bool] = Bounded()
 # interrupt id -> the call id of each of its action requests (a batched HITL interrupt).
 _BATCHES: Bounded[str, list[str]] = Bounded()
 
@@ -200,11 +213,35 @@ async def resume_command(tracker: Tracker, interrupts: Sequence[Any]) -> Command
         if call_id is None and isinstance(value, dict):
             call_id = value.get("tool_call_id")
         approval_id = calls.approvals.pop(call_id, None) if isinstance(call_id, str) else None
+        if approval_id is None and isinstance(call_id, str):
+            # Asked by another tracker of the session (a previous request's): ask again
+            # here only if no approval is pending for the call on the bus.
+            approval_id = await _pending_approval(tracker, call_id)
         if approval_id is None:
-            raise LookupError(f"interrupt {interrupt_id!r} waits for no approval (use track_graph)")
+            raise LookupError(
+                f"interrupt {interrupt_id!r} waits for no approval: it names no tool call "
+                "toolstream was asked about (stream the graph with track_graph)"
+            )
         decision = await tracker.decision(approval_id)
+        if not decision.approved and isinstance(call_id, str):
+            handle = calls.open(call_id)
+            if handle is not None:  # the refusal ends the call; the tool re-entered is not it
+                _REFUSED[call_id] = True
+                handle.deny(refusal(decision), by=decision.by)
         resume[interrupt_id] = _answer(value, decision)
     return Command(resume=resume)
+
+
+async def _pending_approval(tracker: Tracker, call_id: str) -> str | None:
+    """The approval pending for ``call_id`` in the tracker's session, as the bus says."""
+    fetch = getattr(tracker.bus, "fetch_snapshot", None)
+    snapshot = (
+        await fetch(tracker.session) if fetch is not None else tracker.bus.snapshot(tracker.session)
+    )
+    for call in snapshot.calls:
+        if call.call_id == call_id and call.approval is not None:
+            return call.approval.approval_id
+    return None
 
 
 def _answer(value: object, decision: Decision) -> dict[str, Any]:
@@ -223,3 +260,61 @@ def _answer(value: object, decision: Decision) -> dict[str, Any]:
         "reason": decision.reason,
         "args": decision.args,
     }
+
+
+def chat_agent(
+    graph: Any,
+    *,
+    config: Mapping[str, Any] | None = None,
+    input: Callable[[TurnRequest], Any] | None = None,
+    approval_timeout: float | None = None,
+    messages: bool = True,
+    **tracker_options: Any,
+) -> StartTurn:
+    """The ``start_turn`` that serves ``graph`` (compiled, with a checkpointer) to a chat
+    client: ``ChatApp(bus, chat_agent(graph))`` is the whole gateway.
+
+    Each turn streams the graph on the chat's thread (``thread_id`` = the chat id;
+    ``config`` is merged under it) with the user's new message (``input(request)``
+    builds something else), as one toolstream run: the model's text and reasoning
+    (``messages=False``: calls only), every call's lifecycle. When the graph stops for
+    a person — ``HumanInTheLoopMiddleware``, or ``interrupt({"tool_call_id", "reason"})``
+    inside a tool — the turn waits in this process (up to ``approval_timeout`` seconds,
+    by default the bus's ``session_ttl``) for the decisions, which any gateway process
+    of the bus may take, then resumes the graph with ``Command(resume=...)`` in the same
+    run: the client's continuation goes on in the same assistant message. A refused
+    call ends ``denied`` (a tool that asked from inside is entered again, as LangGraph
+    does, and is told). ``tracker_options``: the ``Tracker``'s (``summarizer``,
+    ``payload``, ``hidden``, ``coalesce``, ``strict``)."""
+    options = TurnOptions(
+        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+    )
+    base = dict(config or {})
+    if not hasattr(graph, "astream") or not hasattr(graph, "aget_state"):
+        raise TypeError("chat_agent takes a compiled LangGraph graph (graph.compile(...))")
+
+    async def drive(tracker: Tracker, request: TurnRequest) -> None:
+        configurable = {**dict(base.get("configurable") or {}), "thread_id": request.session}
+        run_config = {**base, "configurable": configurable}
+        given: Any = (
+            input(request)
+            if input is not None
+            else {"messages": [{"role": "user", "content": request.user_text}]}
+        )
+        timeout = approval_timeout_for(options, tracker.bus)
+        while True:
+            async for _ in track_graph(
+                tracker,
+                graph,
+                given,
+                run_config,
+                approval_timeout=timeout,
+                messages=options.messages,
+            ):
+                pass
+            interrupts = (await graph.aget_state(run_config)).interrupts
+            if not interrupts:
+                return
+            given = await resume_command(tracker, interrupts)
+
+    return start_turn_for(drive, options)

@@ -37,13 +37,27 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
-from toolstream.integrations._calls import Calls, follower_of, framework_run, parse_args, refusal
+from toolstream.integrations._calls import (
+    Calls,
+    every_calls,
+    follower_of,
+    framework_run,
+    parse_args,
+    refusal,
+)
+from toolstream.integrations._chat import (
+    TurnOptions,
+    approval_timeout_for,
+    history,
+    start_turn_for,
+)
 
 require("agents", "openai-agents", "the OpenAI Agents SDK")
 
 from agents import (  # noqa: E402 - after the check that names the extra
     RunConfig,
     RunHooks,
+    Runner,
     RunState,
 )
 from agents.run_config import ToolErrorFormatterArgs  # noqa: E402
@@ -53,10 +67,13 @@ if TYPE_CHECKING:
     from agents import RunResultStreaming
 
     from toolstream import Tracker
+    from toolstream.chat import StartTurn, TurnRequest
 
 __all__ = [
     "ToolstreamHooks",
     "apply_decisions",
+    "chat_agent",
+    "report_progress",
     "error_formatter",
     "run_config",
     "track_run",
@@ -78,6 +95,7 @@ class _Follower(Calls):
         super().__init__(tracker)
         self.items: dict[str, str] = {}  # Responses item id -> call id
         self.failures: dict[str, BaseException | None] = {}
+        self.response = 0  # the model response streaming now (its words' message key)
 
     def started(self, call_id: str, tool: str, arguments: object) -> None:
         self.start(call_id, tool, parse_args(arguments))
@@ -110,7 +128,15 @@ class _Follower(Calls):
 
     def _raw(self, data: Any) -> None:
         kind = getattr(data, "type", "")
-        if kind == "response.output_item.added":
+        if kind in _TEXT:
+            self.words.add(self.response, getattr(data, "delta", None))
+        elif kind in _REASONING:
+            self.words.add(self.response, getattr(data, "delta", None), "reasoning")
+        elif kind == "response.created":
+            self.response += 1
+        elif kind in _ENDED:
+            self.words.end()
+        elif kind == "response.output_item.added":
             item = getattr(data, "item", None)
             if _field(item, "type") == "function_call":
                 call_id = str(_field(item, "call_id"))
@@ -126,6 +152,34 @@ class _Follower(Calls):
             state = None if streaming is None else streaming.state
             if streaming is not None and state is not None and state.value == "created" and delta:
                 streaming.args_delta(delta)
+
+
+#: The Responses stream events that carry the model's answer text, its reasoning, and
+#: the end of a model response.
+_TEXT = frozenset({"response.output_text.delta", "response.refusal.delta"})
+_REASONING = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
+_ENDED = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def report_progress(
+    context: Any,
+    fraction: float | None = None,
+    *,
+    current: float | None = None,
+    total: float | None = None,
+    message: str | None = None,
+) -> None:
+    """From inside a function tool: its progress (a ``tool.progress`` of this call).
+    ``context`` is the tool's ``ToolContext`` (declare a first parameter ``ctx:
+    ToolContext``), which carries the call's id. The SDK has no progress channel of its
+    own for function tools."""
+    call_id = getattr(context, "tool_call_id", None)
+    if not isinstance(call_id, str):
+        raise TypeError("report_progress takes the tool's ToolContext (its first parameter)")
+    for follower in every_calls(_Follower):
+        handle = follower.open(call_id)
+        if handle is not None:
+            handle.progress(fraction, current=current, total=total, message=message)
 
 
 def _follower(tracker: Tracker) -> _Follower:
@@ -182,12 +236,15 @@ async def track_run(
     *,
     run_id: str | None = None,
     approval_timeout: float | None = None,
+    messages: bool = True,
 ) -> AsyncIterator[Any]:
-    """Re-yield the events of ``Runner.run_streamed(...)`` while announcing its calls: one
-    toolstream run per SDK run (finished ``interrupted`` when it stops for approvals;
-    ``approval_timeout`` seconds before an approval expires)."""
+    """Re-yield the events of ``Runner.run_streamed(...)`` while announcing its calls,
+    and the model's text and reasoning deltas as the run's messages (``messages=False``:
+    calls only): one toolstream run per SDK run (finished ``interrupted`` when it stops
+    for approvals; ``approval_timeout`` seconds before an approval expires)."""
     follower = _follower(tracker)
     follower.approval_timeout = approval_timeout
+    follower.words.enabled = messages
     with framework_run(follower, run_id) as outcome:
         async for event in result.stream_events():
             follower.apply(event)
@@ -237,3 +294,75 @@ async def apply_decisions(tracker: Tracker, result: RunResultStreaming) -> RunSt
         else:
             state.reject(item, rejection_message=refusal(decision))
     return state
+
+
+def chat_agent(
+    agent: Any,
+    *,
+    approval_timeout: float | None = None,
+    messages: bool = True,
+    run_config: RunConfig | None = None,
+    max_turns: int | None = None,
+    **tracker_options: Any,
+) -> StartTurn:
+    """The ``start_turn`` that serves an Agents SDK ``agent`` to a chat client:
+    ``ChatApp(bus, chat_agent(agent))`` is the whole gateway.
+
+    Each turn streams ``Runner.run_streamed`` on the user's new message with the
+    conversation the client sent as input — its user and assistant *text* only (tool
+    calls, outputs and approval responses in the client's copy are never taken as real)
+    — as one toolstream run, through :func:`track_run` and :class:`ToolstreamHooks`
+    (the model's raw text and reasoning deltas too, unless ``messages=False``), with the
+    error formatter that tells failed calls apart (``run_config``'s own
+    ``tool_error_formatter`` is kept if it has one). ``needs_approval`` tools interrupt
+    the SDK's run: the turn then waits in this process (up to ``approval_timeout``
+    seconds, by default the bus's ``session_ttl``) for the decisions, which any gateway
+    process of the bus may take, and resumes the ``RunState`` (:func:`apply_decisions`)
+    in the same run, so the client's continuation goes on in the same assistant message.
+    ``tracker_options``: the ``Tracker``'s (``summarizer``, ``payload``, ``hidden``,
+    ``coalesce``, ``strict``)."""
+    options = TurnOptions(
+        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+    )
+    if not hasattr(agent, "name") or not hasattr(agent, "tools"):
+        raise TypeError("chat_agent takes an Agents SDK Agent")
+    limits: dict[str, Any] = {} if max_turns is None else {"max_turns": max_turns}
+
+    async def drive(tracker: Tracker, request: TurnRequest) -> None:
+        said, prompt = history(request)
+        items: list[Any] = [{"role": role, "content": text} for role, text in said]
+        items.append({"role": "user", "content": prompt})
+        hooks = ToolstreamHooks(tracker)
+        config = _config_for(tracker, run_config)
+        timeout = approval_timeout_for(options, tracker.bus)
+        given: Any = items
+        while True:
+            result = Runner.run_streamed(agent, given, hooks=hooks, run_config=config, **limits)
+            async for _ in track_run(
+                tracker, result, approval_timeout=timeout, messages=options.messages
+            ):
+                pass
+            if not result.interruptions:
+                return
+            given = await apply_decisions(tracker, result)
+
+    return start_turn_for(drive, options)
+
+
+def _config_for(tracker: Tracker, config: RunConfig | None) -> RunConfig:
+    """``config`` (or a new one) whose tool error formatter tells the integration which
+    calls failed; a formatter of the caller's still decides what the model reads."""
+    import dataclasses
+
+    ours = error_formatter(tracker)
+    if config is None:
+        return RunConfig(tool_error_formatter=ours)
+    theirs = config.tool_error_formatter
+    if theirs is None:
+        return dataclasses.replace(config, tool_error_formatter=ours)
+
+    def both(args: ToolErrorFormatterArgs[Any]) -> Any:
+        ours(args)
+        return theirs(args)
+
+    return dataclasses.replace(config, tool_error_formatter=both)

@@ -21,12 +21,18 @@ Install with ``pip install "toolstream[pydantic-ai]"``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
 from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run, refusal
+from toolstream.integrations._chat import (
+    TurnOptions,
+    approval_timeout_for,
+    history,
+    start_turn_for,
+)
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai")
 
@@ -48,19 +54,29 @@ from pydantic_ai.messages import (  # noqa: E402
     DeferredToolRequestsEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ThinkingPart,
+    ThinkingPartDelta,
     ToolCallPart,
     ToolCallPartDelta,
+    UserPromptPart,
 )
 
 if TYPE_CHECKING:
     from toolstream import Tracker
+    from toolstream.chat import StartTurn, TurnRequest
 
 __all__ = [
     "ToolstreamCapability",
     "ToolstreamProgress",
     "capability",
+    "chat_agent",
     "deferred_tool_results",
     "event_stream_handler",
     "report_progress",
@@ -108,6 +124,7 @@ class _Follower(Calls):
     def __init__(self, tracker: Tracker) -> None:
         super().__init__(tracker)
         self.by_index: dict[int, str] = {}
+        self.response = 0  # the model response streaming now (its parts' message key)
 
     def apply(self, event: object) -> None:
         """Map one event of the agent's stream."""
@@ -128,6 +145,12 @@ class _Follower(Calls):
 
     def _part_start(self, event: PartStartEvent) -> None:
         part = event.part
+        if event.index == 0:
+            self.response += 1
+        if isinstance(part, TextPart):
+            self.words.add(self.response, part.content)
+        elif isinstance(part, ThinkingPart):
+            self.words.add(self.response, part.content, "reasoning")
         if not isinstance(part, ToolCallPart):
             return
         self.by_index[event.index] = part.tool_call_id
@@ -139,6 +162,10 @@ class _Follower(Calls):
 
     def _part_delta(self, event: PartDeltaEvent) -> None:
         delta = event.delta
+        if isinstance(delta, TextPartDelta):
+            self.words.add(self.response, delta.content_delta)
+        elif isinstance(delta, ThinkingPartDelta):
+            self.words.add(self.response, delta.content_delta, "reasoning")
         if not isinstance(delta, ToolCallPartDelta) or not isinstance(delta.args_delta, str):
             return
         handle = self.open(delta.tool_call_id or self.by_index.get(event.index))
@@ -173,7 +200,7 @@ class _Follower(Calls):
         elif outcome == "failed":
             handle.fail({"type": "ToolFailed", "message": str(part.content)})
         elif outcome == "denied":  # denied outside toolstream's approvals
-            handle.cancel(f"denied: {part.content}")
+            handle.deny(str(part.content))
         else:
             handle.cancel(str(outcome))
 
@@ -199,17 +226,22 @@ class ToolstreamCapability(AbstractCapability[Any]):
 
     tracker: Tracker
     approval_timeout: float | None
+    messages: bool
 
-    def __init__(self, tracker: Tracker, *, approval_timeout: float | None = None) -> None:
+    def __init__(
+        self, tracker: Tracker, *, approval_timeout: float | None = None, messages: bool = True
+    ) -> None:
         self.tracker = tracker
         self.approval_timeout = approval_timeout
+        self.messages = messages
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Awaitable[Any]]) -> Any:
         """One toolstream run per agent run (its ``run_id``); ``interrupted`` when the run
         ends waiting for approvals."""
         follower = _follower(self.tracker)
         follower.approval_timeout = self.approval_timeout
-        with framework_run(follower, ctx.run_id or None) as outcome:
+        follower.words.enabled = self.messages
+        with framework_run(follower, ctx.run_id or None, framework_id=True) as outcome:
             result = await handler()
             output = getattr(result, "output", None)
             outcome.waiting = isinstance(output, DeferredToolRequests) and bool(output.approvals)
@@ -250,16 +282,19 @@ class ToolstreamCapability(AbstractCapability[Any]):
         return result
 
 
-def capability(tracker: Tracker, *, approval_timeout: float | None = None) -> ToolstreamCapability:
+def capability(
+    tracker: Tracker, *, approval_timeout: float | None = None, messages: bool = True
+) -> ToolstreamCapability:
     """The capability to pass to ``Agent(capabilities=[...])`` or ``agent.run(...,
-    capabilities=[...])``: the agent's tool calls, live, on ``tracker``.
+    capabilities=[...])``: the agent's tool calls, live, on ``tracker``, and the model's
+    text and reasoning as the run's messages (``messages=False``: calls only).
     ``approval_timeout``: seconds a call that needs approval waits for a person before
     its approval expires (and the call is denied)."""
-    return ToolstreamCapability(tracker, approval_timeout=approval_timeout)
+    return ToolstreamCapability(tracker, approval_timeout=approval_timeout, messages=messages)
 
 
 def event_stream_handler(
-    tracker: Tracker,
+    tracker: Tracker, *, messages: bool = True
 ) -> Callable[[RunContext[Any], AsyncIterable[Any]], Awaitable[None]]:
     """A handler for ``agent.run(..., event_stream_handler=...)`` that follows the
     calls of the stream alone (cards, arguments, progress, results).
@@ -270,6 +305,7 @@ def event_stream_handler(
     :func:`capability`, which sees both.
     """
     follower = _follower(tracker)
+    follower.words.enabled = messages
 
     async def handle(ctx: RunContext[Any], events: AsyncIterable[Any]) -> None:
         started: set[str] = set()
@@ -282,6 +318,7 @@ def event_stream_handler(
                         running.start()
                         started.add(event.part.tool_call_id)
         finally:
+            follower.words.end()
             for call_id in started:
                 left = follower.open(call_id)
                 if left is not None:
@@ -313,3 +350,83 @@ async def deferred_tool_results(
         else:
             results.approvals[part.tool_call_id] = ToolDenied(message=refusal(decision))
     return results
+
+
+def chat_agent(
+    agent: Any,
+    *,
+    approval_timeout: float | None = None,
+    messages: bool = True,
+    run_options: dict[str, Any] | None = None,
+    **tracker_options: Any,
+) -> StartTurn:
+    """The ``start_turn`` that serves a pydantic-ai ``agent`` to a chat client:
+    ``ChatApp(bus, chat_agent(agent))`` is the whole gateway.
+
+    Each turn runs the agent on the user's new message with the conversation the client
+    sent as history — its user and assistant *text* only (tool calls, results and
+    approval responses in the client's copy are never taken as real) — as one toolstream
+    run, through :func:`capability` (the model's text and reasoning too, unless
+    ``messages=False``). Tools with ``requires_approval=True`` end the agent's run with
+    ``DeferredToolRequests`` (added to the agent's output types for the turn): the turn
+    then waits in this process (up to ``approval_timeout`` seconds, by default the bus's
+    ``session_ttl``) for the decisions, which any gateway process of the bus may take,
+    and runs the agent again with them in the same run, so the client's continuation goes
+    on in the same assistant message. ``run_options``: more keyword arguments for
+    ``agent.run`` (``deps``, ``model_settings``...). ``tracker_options``: the
+    ``Tracker``'s (``summarizer``, ``payload``, ``hidden``, ``coalesce``, ``strict``)."""
+    options = TurnOptions(
+        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+    )
+    if not hasattr(agent, "run") or not hasattr(agent, "output_type"):
+        raise TypeError("chat_agent takes a pydantic-ai Agent")
+    extra = dict(run_options or {})
+    for reserved in ("message_history", "deferred_tool_results", "capabilities", "output_type"):
+        if reserved in extra:
+            raise ValueError(f"run_options may not set {reserved!r}: chat_agent sets it")
+    output_type = _with_deferred(agent.output_type)
+
+    async def drive(tracker: Tracker, request: TurnRequest) -> None:
+        said, prompt = history(request)
+        hooks = [
+            capability(
+                tracker,
+                approval_timeout=approval_timeout_for(options, tracker.bus),
+                messages=options.messages,
+            )
+        ]
+        result = await agent.run(
+            prompt,
+            message_history=_model_messages(said),
+            capabilities=hooks,
+            output_type=output_type,
+            **extra,
+        )
+        while isinstance(result.output, DeferredToolRequests) and result.output.approvals:
+            decided = await deferred_tool_results(tracker, result.output)
+            result = await agent.run(
+                message_history=result.all_messages(),
+                deferred_tool_results=decided,
+                capabilities=hooks,
+                output_type=output_type,
+                **extra,
+            )
+
+    return start_turn_for(drive, options)
+
+
+def _with_deferred(output_type: Any) -> Any:
+    """The agent's output types, with ``DeferredToolRequests`` (how a run stops to wait)."""
+    kinds = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+    return kinds if DeferredToolRequests in kinds else [*kinds, DeferredToolRequests]
+
+
+def _model_messages(said: Sequence[tuple[str, str]]) -> list[ModelMessage]:
+    """The conversation's text as pydantic-ai messages (user prompts, model text)."""
+    out: list[ModelMessage] = []
+    for role, text in said:
+        if role == "user":
+            out.append(ModelRequest(parts=[UserPromptPart(content=text)]))
+        else:
+            out.append(ModelResponse(parts=[TextPart(content=text)]))
+    return out
