@@ -295,9 +295,9 @@ def openai_agents_agent() -> Any:
     asked (``ModelStep.respond``)."""
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     from agents import Agent, function_tool, set_tracing_disabled
-    from agents.tool_context import ToolContext
     from agents.testing import ScriptedModel, assistant_message, function_call
     from agents.testing.model import ModelCall, ModelStep, _stream_events_for_step
+    from agents.tool_context import ToolContext
 
     from toolstream.integrations.openai_agents import report_progress
 
