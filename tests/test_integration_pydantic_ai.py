@@ -13,7 +13,12 @@ from typing import Any
 import anyio
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.models.function import (
+    AgentInfo,
+    DeltaThinkingPart,
+    DeltaToolCall,
+    FunctionModel,
+)
 
 import toolstream as ts
 from tests.integration_checks import (
@@ -35,7 +40,7 @@ from toolstream.testing import assert_lifecycle
 
 pytestmark = pytest.mark.anyio
 
-Turn = Sequence["dict[int, DeltaToolCall] | str"]
+Turn = Sequence["dict[int, DeltaToolCall] | dict[int, DeltaThinkingPart] | str"]
 
 
 @pytest.fixture
@@ -270,8 +275,6 @@ def words(bus: ts.EventBus) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("messages", [True, False])
 async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
-    from pydantic_ai.models.function import DeltaThinkingPart
-
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
     model = scripted(
