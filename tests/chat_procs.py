@@ -4,6 +4,11 @@ Redis list, as a gateway hands work to its workers.
 python -m tests.chat_procs worker URL PREFIX AGENT     (AGENT: script | demo)
 python -m tests.chat_procs gateway URL PREFIX PORT DIALECT
 python -m tests.chat_procs demo URL PREFIX PORT        (the demo's gateway and pages)
+python -m tests.chat_procs framework URL PREFIX PORT FRAMEWORK DIALECT
+
+``framework`` serves ``ChatApp(RedisBus, chat_agent(...))`` of a framework's scripted
+agent (tests/chat_frameworks.py): the agent runs in the gateway process that took the
+turn, and any gateway process of the bus can take its continuation.
 
 The gateway serves a ChatApp on RedisBus whose ``start_turn`` and ``cancel_turn``
 (:class:`RedisTurns`) hand turns to the worker. The worker runs each turn on its own
@@ -161,6 +166,26 @@ def demo(url: str, prefix: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
 
 
+def framework(url: str, prefix: str, port: int, name: str, dialect: str) -> None:
+    """Serve ``ChatApp(RedisBus, chat_agent(<name>'s scripted agent))`` on 127.0.0.1:port
+    (``/healthz`` answers 200 when up)."""
+    import uvicorn
+
+    from tests.chat_frameworks import framework_chat_app
+    from toolstream.redis import RedisBus
+
+    chat = framework_chat_app(name, RedisBus(url, prefix=prefix), dialect=dialect)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/healthz":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await chat(scope, receive, send)
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
 if __name__ == "__main__":
     import asyncio
 
@@ -171,5 +196,7 @@ if __name__ == "__main__":
         gateway(args[0], args[1], int(args[2]), args[3])
     elif role == "demo":
         demo(args[0], args[1], int(args[2]))
+    elif role == "framework":
+        framework(args[0], args[1], int(args[2]), args[3], args[4])
     else:
         raise SystemExit(f"unknown role {role!r}")

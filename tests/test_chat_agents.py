@@ -289,3 +289,56 @@ def test_agui_approval_stop_and_failure(
         assert crashed[-1]["type"] == "RUN_ERROR"
         assert "the model is unavailable" in crashed[-1]["message"]
     assert [c.state for c in bus.snapshot(thread).calls] == [ts.CallState.COMPLETED]
+
+
+# -- RedisBus: the continuation taken by another gateway process ----------------------------
+
+
+@pytest.mark.parametrize("name", ["langgraph", "pydantic-ai", "openai-agents"])
+def test_another_gateway_process_continues_the_turn(
+    redis_server: Any, name: str, tmp_path: Any
+) -> None:
+    """Two gateway processes on one RedisBus: the turn runs in the one that took its POST
+    and waits there; the other takes the continuation (applies the decision through the
+    bus, streams the rest from Redis) and answers a reload; the agent runs once."""
+    from tests.chat_procs import spawn, wait_until_up
+    from tests.redis_server import free_port
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    ports = [free_port(), free_port()]
+    procs = [
+        spawn("framework", redis_server.url, prefix, str(port), name, "ai_sdk") for port in ports
+    ]
+    try:
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        for url in urls:
+            wait_until_up(url, procs)
+        chat = chat_id(name)
+        first = user("Email the team", chat)
+        with httpx.Client(timeout=30) as http:
+            streamed = chunks(http.post(urls[0] + API, json=first).text)
+            assert kinds(streamed)[-4:] == [
+                "tool-approval-request",
+                "finish-step",
+                "finish",
+                "[DONE]",
+            ]
+            reply = decided(first, streamed, True)
+            more = chunks(http.post(urls[1] + API, json=reply).text)
+            assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
+            assert texts(more) == ["Sent."]
+            assert of(more, "tool-output-available")
+            assert chunks(http.post(urls[1] + API, json=reply).text) == more
+            assert http.get(f"{urls[1]}{API}/{chat}/stream").status_code == 204
+            # A reload mid-turn, on the other process.
+            story = chat_id(name)
+            with http.stream("POST", urls[0] + API, json=user("Tell me a story", story)) as r:
+                for line in r.iter_lines():
+                    if "word3 " in line:
+                        break
+            replay = chunks(http.get(f"{urls[1]}{API}/{story}/stream").text)
+            assert texts(replay) == ["".join(STORY), "The end."]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
