@@ -45,9 +45,9 @@ from toolstream import (
     ToolReady,
     ToolStarted,
 )
-from toolstream.integrations import require
+from toolstream._extras import require
 
-require("opentelemetry.trace", "otel", "OpenTelemetry")
+require("opentelemetry.trace", "otel", "toolstream.otel")
 
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode  # noqa: E402

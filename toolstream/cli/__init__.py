@@ -6,6 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from toolstream._extras import require
+
+# The demo serves pages (uvicorn, websockets), tail follows them (httpx, httpx-sse) and
+# both draw with rich: the command needs its extra whatever it is asked to do.
+for _module in ("rich", "uvicorn", "websockets", "httpx", "httpx_sse"):
+    require(_module, "cli", "the toolstream command")
+
 __all__ = ["main"]
 
 

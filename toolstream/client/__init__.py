@@ -12,6 +12,11 @@ Needs the ``client`` extra (``httpx``, ``httpx-sse``, ``websockets``)::
 
 from __future__ import annotations
 
-from ._client import ConnectionStatus, Frame, SSEClient, WebSocketClient
+from toolstream._extras import require
+
+for _module in ("httpx", "httpx_sse", "websockets"):
+    require(_module, "client", "toolstream.client")
+
+from ._client import ConnectionStatus, Frame, SSEClient, WebSocketClient  # noqa: E402
 
 __all__ = ["ConnectionStatus", "Frame", "SSEClient", "WebSocketClient"]

@@ -16,18 +16,18 @@ from toolstream._core.codec import from_dict
 from toolstream._core.errors import BusUnavailable, EventDecodeError
 from toolstream._core.events import Event
 from toolstream._core.jsonenc import loads
+from toolstream._extras import require
 
-try:
-    import nats
-    import nats.errors
-    import nats.js.errors
-    from nats.aio.client import Client as NatsClient
-    from nats.aio.msg import Msg
-    from nats.js import JetStreamContext
-    from nats.js import api as js_api
-    from nats.js.kv import KeyValue
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("toolstream.nats needs nats-py: pip install 'toolstream[nats]'") from exc
+require("nats", "nats", "toolstream.nats")
+
+import nats  # noqa: E402 - after the check that names the extra
+import nats.errors  # noqa: E402
+import nats.js.errors  # noqa: E402
+from nats.aio.client import Client as NatsClient  # noqa: E402
+from nats.aio.msg import Msg  # noqa: E402
+from nats.js import JetStreamContext  # noqa: E402
+from nats.js import api as js_api  # noqa: E402
+from nats.js.kv import KeyValue  # noqa: E402
 
 logger = logging.getLogger("toolstream.nats")
 

@@ -17,13 +17,13 @@ from toolstream._core.events import Event
 from toolstream._core.jsonenc import loads
 from toolstream._core.view import LiveView
 from toolstream._core.wake import current_backend
+from toolstream._extras import require
 
-try:
-    import redis
-    import redis.asyncio as aredis
-    from redis.commands.core import AsyncScript
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("toolstream.redis needs redis-py: pip install 'toolstream[redis]'") from exc
+require("redis", "redis", "toolstream.redis")
+
+import redis  # noqa: E402 - after the check that names the extra
+import redis.asyncio as aredis  # noqa: E402
+from redis.commands.core import AsyncScript  # noqa: E402
 
 logger = logging.getLogger("toolstream.redis")
 
