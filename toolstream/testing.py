@@ -18,7 +18,12 @@ raise ``AssertionError``, to parametrize a test with::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ._conformance import BusFactory, bus_conformance_checks
@@ -55,6 +60,8 @@ __all__ = [
     "assert_ids_increase",
     "assert_lifecycle",
     "bus_conformance_checks",
+    "serve",
+    "sse_data",
 ]
 
 E = TypeVar("E", bound=Event)
@@ -287,3 +294,49 @@ def _run_of(events: Sequence[Event], call_id: str) -> str | None:
         if event.call_id == call_id:
             return event.run_id
     return None
+
+
+@contextlib.contextmanager
+def serve(app: Any, *, host: str = "127.0.0.1", timeout: float = 10.0) -> Iterator[str]:
+    """Serve the ASGI ``app`` under uvicorn in a thread, on a free port of ``host``, for
+    as long as the ``with`` block runs; yields the base URL (``http://127.0.0.1:<port>``).
+
+    For your own tests of a gateway (and the docs' examples). Needs uvicorn (the
+    ``server`` extra)."""
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"toolstream-serve-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"uvicorn did not start on {host}:{port}")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+
+
+def sse_data(body: str) -> list[Any]:
+    """The ``data:`` of every frame of an SSE response body, JSON-decoded (a data that
+    is not JSON, such as the AI SDK's ``[DONE]``, as its text)."""
+    out: list[Any] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        lines = [
+            line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")
+        ]
+        if not lines:
+            continue
+        data = "\n".join(lines)
+        try:
+            out.append(json.loads(data))
+        except ValueError:
+            out.append(data)
+    return out
