@@ -22,6 +22,7 @@ from benchmarks import (
     bench_bus,
     bench_callbacks,
     bench_chat,
+    bench_chat_agents,
     bench_integrations,
     bench_memory,
     bench_nats,
@@ -48,6 +49,7 @@ SUITES: list[tuple[str, Any]] = [
     ("nats", bench_nats),
     ("approvals", bench_approvals),
     ("chat", bench_chat),
+    ("chat_agents", bench_chat_agents),
     ("integrations", bench_integrations),
     ("otel", bench_otel),
 ]

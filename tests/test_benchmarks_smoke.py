@@ -143,6 +143,17 @@ def test_chat_benchmark_runs_and_reports() -> None:
     assert "hand-written" in report and "resume" in report
 
 
+def test_chat_agent_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_chat_agents
+
+    results = bench_chat_agents.run(quick=True)
+    report = bench_chat_agents.report(results)
+    for name, *_ in bench_chat_agents.PAIRS:
+        row = results[name]["turn_ms"]
+        assert row["toolstream"] > 0 and row["peer"] > 0
+    assert "VercelAIAdapter" in report and "by hand" in report
+
+
 def test_a_ratio_below_the_clocks_resolution_is_reported_not_divided() -> None:
     """A quick run can use less CPU than one clock tick (CPU time counts in ticks): the
     round gives no ratio instead of dividing by zero, and the report says so."""
