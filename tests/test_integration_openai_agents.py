@@ -122,8 +122,12 @@ async def test_a_tool_that_raises_ends_failed_not_completed() -> None:
     assert failed.error.type == "RuntimeError" and "make" in failed.error.message
 
 
+@pytest.mark.parametrize("formatter", [True, False])
 @pytest.mark.parametrize("mode", ["hooks", "stream"])
-async def test_hooks_and_the_stream_each_work_alone(mode: str) -> None:
+async def test_hooks_and_the_stream_each_work_alone(mode: str, formatter: bool) -> None:
+    """Either alone, with or without ``run_config``'s error formatter: a tool that
+    raises is a failure (without the formatter, read from the SDK's own failure text),
+    never a success."""
     bus = ts.EventBus()
     tracker = ts.Tracker(bus, "s")
     agent = agent_with(
@@ -132,17 +136,22 @@ async def test_hooks_and_the_stream_each_work_alone(mode: str) -> None:
             function_call("shell", {"cmd": "y"}, call_id="call_2"),
         ]
     )
+    config = run_config(tracker) if formatter else None
     if mode == "hooks":
-        await Runner.run(
-            agent, "go", hooks=ToolstreamHooks(tracker), run_config=run_config(tracker)
-        )
+        await Runner.run(agent, "go", hooks=ToolstreamHooks(tracker), run_config=config)
     else:
-        result = Runner.run_streamed(agent, "go", run_config=run_config(tracker))
+        result = Runner.run_streamed(agent, "go", run_config=config)
         async for _ in track_run(tracker, result):
             pass
     tracker.close()
     assert types_of(bus, "call_1")[-2:] == ["tool.started", "tool.completed"]
     assert types_of(bus, "call_2")[-1] == "tool.failed"
+    failed = next(e for e in events_of(bus) if isinstance(e, ts.ToolFailed))
+    if formatter:
+        assert failed.error.type == "RuntimeError" and "y" in failed.error.message
+    else:
+        assert failed.error.type == "ToolError"
+        assert failed.error.message.startswith("An error occurred while running the tool")
     assert_lifecycle(events_of(bus), compare=bus.compare)
 
 
@@ -263,3 +272,16 @@ async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
         ("message.finished", ""),
     ]
     assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+def test_the_sdks_own_failure_texts_are_failures() -> None:
+    from agents import default_tool_error_function
+    from agents.tool import default_tool_timeout_error_message
+
+    from toolstream.integrations.openai_agents import sdk_failure
+
+    raised = default_tool_error_function(None, RuntimeError("x"))  # type: ignore[arg-type]
+    timed_out = default_tool_timeout_error_message(tool_name="slow", timeout_seconds=2.5)
+    assert sdk_failure(raised) == {"type": "ToolError", "message": raised}
+    assert sdk_failure(timed_out) == {"type": "TimeoutError", "message": timed_out}
+    assert sdk_failure("sent to bob") is None and sdk_failure({"ok": 1}) is None

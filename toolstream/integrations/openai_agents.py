@@ -33,6 +33,7 @@ Install with ``pip install "toolstream[openai-agents]"``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ from agents import (  # noqa: E402 - after the check that names the extra
     RunHooks,
     Runner,
     RunState,
+    default_tool_error_function,
 )
 from agents.run_config import ToolErrorFormatterArgs  # noqa: E402
 from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # noqa: E402
@@ -107,6 +109,10 @@ class _Follower(Calls):
         if call_id in self.failures:
             error = self.failures.pop(call_id)
             handle.fail(error if error is not None else str(output))
+            return
+        failure = sdk_failure(output)
+        if failure is not None:  # the SDK's own text for a tool that raised or timed out
+            handle.fail(failure)
         else:
             handle.complete(output)
 
@@ -152,6 +158,26 @@ class _Follower(Calls):
             state = None if streaming is None else streaming.state
             if streaming is not None and state is not None and state.value == "created" and delta:
                 streaming.args_delta(delta)
+
+
+#: What the SDK writes as a tool's output when the tool raised (its default failure
+#: function) or timed out (``timeout_behavior="error_as_result"``).
+_DEFAULT_FAILURE = default_tool_error_function(None, Exception())  # type: ignore[arg-type]
+_TIMED_OUT = re.compile(r"Tool '.*' timed out after [0-9.]+ seconds\.", re.DOTALL)
+
+
+def sdk_failure(output: object) -> dict[str, str] | None:
+    """The failure an output string of the SDK's own stands for (a tool that raised and
+    was handled by the default failure function, or timed out), else None: how the
+    hooks or the stream alone, without :func:`run_config`'s formatter, tell a failure
+    from a result. A tool's own ``failure_error_function`` text cannot be told apart."""
+    if not isinstance(output, str):
+        return None
+    if output == _DEFAULT_FAILURE:
+        return {"type": "ToolError", "message": output}
+    if _TIMED_OUT.fullmatch(output):
+        return {"type": "TimeoutError", "message": output}
+    return None
 
 
 #: The Responses stream events that carry the model's answer text, its reasoning, and
@@ -205,10 +231,7 @@ class ToolstreamHooks(RunHooks[Any]):
         call_id = getattr(context, "tool_call_id", None)
         if not isinstance(call_id, str):
             return
-        follower = _follower(self.tracker)
-        if getattr(context, "_function_tool_default_failure_handled", False):
-            follower.failures.setdefault(call_id, None)
-        follower.ended(call_id, result)
+        _follower(self.tracker).ended(call_id, result)
 
 
 def error_formatter(tracker: Tracker) -> Callable[[ToolErrorFormatterArgs[Any]], str | None]:
