@@ -449,3 +449,32 @@ async def test_inside_an_open_run_a_graph_run_joins_it() -> None:
     assert runs == [("run.started", "turn-1"), ("run.finished", "turn-1")]
     assert {e.run_id for e in events_of(bus)} == {"turn-1"}
     assert types_of(bus, "call_m")[-1] == "tool.completed"
+
+
+async def test_a_custom_event_from_inside_a_tool_is_that_calls_progress() -> None:
+    """``adispatch_custom_event`` with no ``tool_call_id``, from a tool or from a runnable
+    the tool runs: the callback handler knows which tool run it came from."""
+    from langchain_core.callbacks import adispatch_custom_event
+    from langchain_core.runnables import RunnableLambda
+
+    async def deeper(x: str) -> str:
+        await adispatch_custom_event("progress", {"progress": 0.9, "message": "almost"})
+        return x
+
+    @tool
+    async def fetch(url: str) -> str:
+        """Fetch a page."""
+        await adispatch_custom_event("progress", {"progress": 0.5, "message": "half"})
+        return await RunnableLambda(deeper).ainvoke(url)
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    config: Any = {"callbacks": [ToolstreamCallbackHandler(tracker)]}
+    call = {"name": "fetch", "args": {"url": "u"}, "id": "call_f", "type": "tool_call"}
+    await fetch.ainvoke(call, config=config)
+    tracker.close()
+    progress = [
+        (e.call_id, e.fraction, e.message) for e in events_of(bus) if isinstance(e, ts.ToolProgress)
+    ]
+    assert progress == [("call_f", 0.5, "half"), ("call_f", 0.9, "almost")]
+    assert types_of(bus, "call_f")[-1] == "tool.completed"

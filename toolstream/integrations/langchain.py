@@ -10,7 +10,9 @@ The handler sees a chat model's streamed tool-call chunks (``on_llm_new_token``:
 card appears at the model's first token and its arguments stream in), each tool's start
 and end (``on_tool_start`` / ``on_tool_end`` / ``on_tool_error``, correlated by the
 ``tool_call_id`` LangChain passes when a tool runs for a tool call), and custom events
-(``adispatch_custom_event`` with ``{"tool_call_id", "progress"?, "message"?}``) as
+(``adispatch_custom_event`` with ``{"progress"?, "message"?}`` from inside a tool, or
+anything the tool runs — attributed to that tool's call; ``"tool_call_id"`` names
+another) as
 progress. A handled ``ToolException`` comes back as a ``ToolMessage`` with
 ``status="error"``: that is ``tool.failed``, not ``tool.completed``.
 
@@ -98,11 +100,12 @@ def end_call(calls: Calls, call_id: object, output: Any) -> None:
         handle.complete(getattr(output, "content", output))
 
 
-def apply_custom(calls: Calls, data: Any) -> None:
-    """A custom chunk ``{"tool_call_id", "progress"?, "message"?, ...}``: progress."""
+def apply_custom(calls: Calls, data: Any, call_id: str | None = None) -> None:
+    """A custom chunk ``{"tool_call_id"?, "progress"?, "message"?, ...}``: progress of
+    the call it names (else of ``call_id``: the call it was dispatched from)."""
     if not isinstance(data, dict):
         return
-    handle = calls.open(data.get("tool_call_id"))
+    handle = calls.open(data.get("tool_call_id") or call_id)
     if handle is None:
         return
     fraction = data.get("progress")
@@ -126,6 +129,8 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         #: The model's streamed text and reasoning go out as the run's messages too.
         self.calls.words.enabled = messages
         self._runs: dict[UUID, str] = {}  # the tool's run id -> call id
+        # A run's parent (chains and tools), to find the tool a custom event came from.
+        self._parents: Bounded[UUID, UUID] = Bounded()
 
     async def on_llm_new_token(
         self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
@@ -145,6 +150,7 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """A tool starts; calls without a model's call id get one of their own."""
+        self._remember(run_id, kwargs.get("parent_run_id"))
         call_id = kwargs.get("tool_call_id") or f"lc_{run_id.hex[:16]}"
         self._runs[run_id] = call_id
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
@@ -160,6 +166,37 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         if handle is not None:
             handle.fail(error)
 
+    async def on_chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A runnable starts (remembered: a custom event inside it belongs to the tool
+        it runs in)."""
+        self._remember(run_id, parent_run_id)
+
     async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """``adispatch_custom_event(name, {"tool_call_id", "progress", "message"})``."""
-        apply_custom(self.calls, data)
+        """``adispatch_custom_event(name, {"progress"?, "message"?, ...})`` from inside a
+        tool (or anything it runs): that call's progress. ``tool_call_id`` in the data
+        names another call."""
+        apply_custom(self.calls, data, self._tool_of(run_id))
+
+    def _remember(self, run_id: UUID, parent: object) -> None:
+        if isinstance(parent, UUID):
+            self._parents[run_id] = parent
+
+    def _tool_of(self, run_id: UUID) -> str | None:
+        """The call of the tool run ``run_id`` is, or runs inside."""
+        seen = 0
+        current: UUID | None = run_id
+        while current is not None and seen < 64:
+            call_id = self._runs.get(current)
+            if call_id is not None:
+                return call_id
+            current = self._parents.get(current)
+            seen += 1
+        return None
