@@ -371,3 +371,38 @@ def adk_confirmation(request_id: str | None, *, confirmed: bool) -> types.Conten
         name=CONFIRMATION, id=request_id, response={"confirmed": confirmed}
     )
     return types.Content(role="user", parts=[types.Part(function_response=response)])
+
+
+async def test_the_plugin_alone_makes_each_invocation_a_run() -> None:
+    """Without ``track_events``: ADK's run callbacks bracket each invocation as one
+    toolstream run (its invocation id), ``interrupted`` when it stopped to ask for a
+    confirmation; ``confirmation_response(tracker, event)`` answers that event."""
+    from toolstream.integrations.adk import confirmation_response
+
+    DELETED.clear()
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    chat = Chat(tracker, [("delete_file", {"path": "/tmp/p"}, "call_d")])
+    session = await chat.runner.session_service.create_session(app_name="app", user_id="u")
+
+    async def send(message: types.Content) -> list[Any]:
+        events = chat.runner.run_async(user_id="u", session_id=session.id, new_message=message)
+        return [e async for e in events]
+
+    seen = await send(user("clean up"))
+    (asking,) = [e for e in seen if any(c.name == CONFIRMATION for c in e.get_function_calls())]
+    runs = [e for e in events_of(bus) if isinstance(e, (ts.RunStarted, ts.RunFinished))]
+    assert [e.type for e in runs] == ["run.started", "run.finished"]
+    assert runs[1].outcome == "interrupted" and runs[0].run_id == seen[0].invocation_id
+    assert {e.run_id for e in events_of(bus) if e.call_id == "call_d"} == {runs[0].run_id}
+    await bus.resolve_approval("s", asked(bus).approval_id, approved=True, by="alice")
+    message = await confirmation_response(tracker, asking)
+    assert message is not None and message.parts
+    assert message.parts[0].function_response is not None
+    assert message.parts[0].function_response.response == {"confirmed": True}
+    await send(message)
+    tracker.close()
+    assert DELETED == ["/tmp/p"]
+    assert outcomes(bus) == ["interrupted", "completed"]
+    assert types_of(bus, "call_d")[-2:] == ["tool.started", "tool.completed"]
+    assert_lifecycle(events_of(bus), compare=bus.compare)

@@ -10,17 +10,21 @@
     async for event in track_events(tracker, runner.run_async(...)):
         ...                                     # ADK's own events, re-yielded
 
-``ToolstreamPlugin`` is a ``BasePlugin``: ``before_tool_callback`` starts a call (the
+``ToolstreamPlugin`` is a ``BasePlugin``: ``before_run_callback`` / ``after_run_callback``
+make each ADK invocation one toolstream run (its ``invocation_id``; ``interrupted`` when
+ADK stopped to ask for confirmations), ``before_tool_callback`` starts a call (the
 model's function-call id, or ADK's ``adk-<uuid>``), ``after_tool_callback`` completes it
 with the tool's response, ``on_tool_error_callback`` fails it (or cancels it, for a
-cancellation). :func:`track_events` brackets a run (``runner.run_async``) as one toolstream
-run, which sees how it ends (ADK calls no plugin when a run raises).
+cancellation). ADK calls no plugin when a run raises: :func:`track_events` around
+``runner.run_async`` also sees that (the run ends ``failed``); with the plugin alone,
+such a run ends when the tracker closes (``cancelled``).
 
 Confirmation is toolstream's approval: a tool with ``require_confirmation`` (or one that
 calls ``tool_context.request_confirmation()``) leaves its call ``awaiting_approval`` (or
 running with an approval pending) and the run finishes ``interrupted``; once a person
-decides (a page, a ``POST``, ``bus.resolve_approval``), :func:`confirmation_message` is
-the ``adk_request_confirmation`` function response the next ``run_async`` takes. ADK then
+decides (a page, a ``POST``, ``bus.resolve_approval``), :func:`confirmation_message` (every
+confirmation waiting) or :func:`confirmation_response` (those of one ADK event) is the
+``adk_request_confirmation`` function response the next ``run_async`` takes. ADK then
 calls the tool again with the same id: the same call goes on, one lifecycle.
 
 Install with ``pip install "toolstream[adk]"``.
@@ -49,12 +53,13 @@ from google.adk.plugins.base_plugin import BasePlugin  # noqa: E402
 from google.genai import types  # noqa: E402
 
 if TYPE_CHECKING:
-    from toolstream import Decision, Tracker
+    from toolstream import Decision, RunScope, Tracker
 
 __all__ = [
     "CONFIRMATION",
     "ToolstreamPlugin",
     "confirmation_message",
+    "confirmation_response",
     "report_progress",
     "track_events",
 ]
@@ -71,6 +76,17 @@ class _AdkCalls(Calls):
         super().__init__(tracker)
         #: original call id -> the id of ADK's ``adk_request_confirmation`` call.
         self.confirmations: Bounded[str, str] = Bounded()
+
+    def saw(self, event: Any) -> bool:
+        """Record the confirmations ADK asks in ``event``; True when it asks any."""
+        asked = False
+        for call in _function_calls(event):
+            if call.name == CONFIRMATION and call.id:
+                original = (call.args or {}).get("originalFunctionCall") or {}
+                if isinstance(original, dict) and isinstance(original.get("id"), str):
+                    self.confirmations[original["id"]] = call.id
+                    asked = True
+        return asked
 
 
 def _calls(tracker: Tracker) -> _AdkCalls:
@@ -96,6 +112,47 @@ class ToolstreamPlugin(BasePlugin):
         self.tracker = tracker
         self.calls = _calls(tracker)
         self.calls.approval_timeout = approval_timeout
+        # The runs this plugin opened, by ADK invocation id, and whether each waits.
+        self._runs: dict[str, tuple[RunScope, bool]] = {}
+        # How often each invocation id made a run (ADK resumes a confirmation in the
+        # invocation that asked: the next run is "<invocation id>#2").
+        self._used: Bounded[str, int] = Bounded()
+
+    async def before_run_callback(self, *, invocation_context: Any) -> types.Content | None:
+        """An ADK invocation starts: one toolstream run (its ``invocation_id``), unless
+        the caller's ``track_events`` or ``tracker.run()`` already holds one."""
+        invocation = str(getattr(invocation_context, "invocation_id", "") or "")
+        if self.calls.run_id is not None or self.tracker._run_for(None) is not None:
+            return None
+        uses = (self._used.get(invocation) or 0) + 1
+        self._used[invocation] = uses
+        run_id = (invocation if uses == 1 else f"{invocation}#{uses}") if invocation else None
+        run = self.tracker.run(run_id=run_id).start()
+        self._runs[invocation] = (run, False)
+        self.calls.run_id = run.run_id
+        return None
+
+    async def on_event_callback(self, *, invocation_context: Any, event: Any) -> Any:
+        """An event of the invocation: the confirmations ADK asks in it."""
+        if self.calls.saw(event):
+            invocation = str(getattr(invocation_context, "invocation_id", "") or "")
+            opened = self._runs.get(invocation)
+            if opened is not None:
+                self._runs[invocation] = (opened[0], True)
+        return None
+
+    async def after_run_callback(self, *, invocation_context: Any) -> None:
+        """The invocation ended: its run finishes (``interrupted`` when it stopped to ask
+        for confirmations)."""
+        invocation = str(getattr(invocation_context, "invocation_id", "") or "")
+        opened = self._runs.pop(invocation, None)
+        if opened is None:
+            return
+        run, waiting = opened
+        self.calls.words.end()
+        if self.calls.run_id == run.run_id:
+            self.calls.run_id = None
+        run.finish("interrupted" if waiting else "completed")
 
     async def before_tool_callback(
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any
@@ -221,18 +278,30 @@ async def track_events(
     calls = _calls(tracker)
     with framework_run(calls, run_id) as outcome:
         async for event in events:
-            for call in _function_calls(event):
-                if call.name == CONFIRMATION and call.id:
-                    original = (call.args or {}).get("originalFunctionCall") or {}
-                    if isinstance(original, dict) and isinstance(original.get("id"), str):
-                        calls.confirmations[original["id"]] = call.id
-                        outcome.waiting = True
+            if calls.saw(event):
+                outcome.waiting = True
             yield event
 
 
 def _function_calls(event: Any) -> list[Any]:
     get = getattr(event, "get_function_calls", None)
     return list(get()) if callable(get) else []
+
+
+async def confirmation_response(tracker: Tracker, event: Any) -> types.Content | None:
+    """Wait for the decisions on the confirmations ADK asks in ``event`` (an event of
+    ``run_async`` carrying ``adk_request_confirmation`` calls) and return the message the
+    next ``runner.run_async(new_message=...)`` takes; ``None`` when it asks none. Like
+    :func:`confirmation_message`, for one event."""
+    calls = _calls(tracker)
+    calls.saw(event)
+    originals: list[str] = []
+    for call in _function_calls(event):
+        if call.name == CONFIRMATION and call.id:
+            original = (call.args or {}).get("originalFunctionCall") or {}
+            if isinstance(original, dict) and isinstance(original.get("id"), str):
+                originals.append(original["id"])
+    return await _responses(tracker, calls, originals)
 
 
 async def confirmation_message(tracker: Tracker) -> types.Content | None:
@@ -242,10 +311,18 @@ async def confirmation_message(tracker: Tracker) -> types.Content | None:
     per call; ``None`` when none is waiting. Decisions come from the bus; an approval
     that expires is denied. Edited args reach the tool when ADK runs it."""
     calls = _calls(tracker)
+    return await _responses(tracker, calls, list(calls.approvals))
+
+
+async def _responses(
+    tracker: Tracker, calls: _AdkCalls, call_ids: list[str]
+) -> types.Content | None:
+    """The ``adk_request_confirmation`` responses for ``call_ids`` (those waiting)."""
     parts = []
-    for call_id, approval_id in list(calls.approvals.items()):
+    for call_id in call_ids:
+        approval_id = calls.approvals.get(call_id)
         request_id = calls.confirmations.get(call_id)
-        if request_id is None:
+        if approval_id is None or request_id is None:
             continue
         decision = await tracker.decision(approval_id)
         calls.confirmations.pop(call_id)
