@@ -393,7 +393,8 @@ async def test_the_plugin_alone_makes_each_invocation_a_run() -> None:
     (asking,) = [e for e in seen if any(c.name == CONFIRMATION for c in e.get_function_calls())]
     runs = [e for e in events_of(bus) if isinstance(e, (ts.RunStarted, ts.RunFinished))]
     assert [e.type for e in runs] == ["run.started", "run.finished"]
-    assert runs[1].outcome == "interrupted" and runs[0].run_id == seen[0].invocation_id
+    assert isinstance(runs[1], ts.RunFinished) and runs[1].outcome == "interrupted"
+    assert runs[0].run_id == seen[0].invocation_id
     assert {e.run_id for e in events_of(bus) if e.call_id == "call_d"} == {runs[0].run_id}
     await bus.resolve_approval("s", asked(bus).approval_id, approved=True, by="alice")
     message = await confirmation_response(tracker, asking)
