@@ -407,3 +407,50 @@ async def test_the_plugin_alone_makes_each_invocation_a_run() -> None:
     assert outcomes(bus) == ["interrupted", "completed"]
     assert types_of(bus, "call_d")[-2:] == ["tool.started", "tool.completed"]
     assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+class Talkative(Scripted):
+    """Says something (a thought, then text) in the response that makes its calls."""
+
+    async def generate_content_async(
+        self, llm_request: Any, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        async for response in super().generate_content_async(llm_request, stream):
+            if response.content is not None and response.content.parts:
+                said = [types.Part(text="A search. ", thought=True), types.Part(text="Searching.")]
+                response.content.parts[:0] = said
+            yield response
+
+
+@pytest.mark.parametrize("messages", [True, False])
+async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = LlmAgent(
+        name="assistant",
+        model=Talkative(model="scripted", turns=[[("web_search", {"q": "x"}, "call_w")]]),
+        tools=[web_search],
+    )
+    plugin = ToolstreamPlugin(tracker, messages=messages)
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[plugin]))
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=user("go")):
+        pass
+    tracker.close()
+    seen = [
+        (e.kind, e.text) if isinstance(e, ts.MessageDelta) else (e.type, e.call_id)
+        for e in events_of(bus)
+        if isinstance(e, (ts.MessageDelta, ts.MessageFinished, ts.ToolStarted))
+    ]
+    if not messages:
+        assert seen == [("tool.started", "call_w")]
+        return
+    assert seen == [
+        ("reasoning", "A search. "),
+        ("text", "Searching."),
+        ("message.finished", ""),
+        ("tool.started", "call_w"),
+        ("reasoning", "A search. "),
+        ("text", "Searching.done"),
+        ("message.finished", ""),
+    ]

@@ -221,3 +221,37 @@ def test_without_smolagents_the_import_error_names_the_extra() -> None:
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:smolagents")
+
+
+class Talkative(Scripted):
+    """Says something before each step's calls."""
+
+    def generate_stream(self, messages: Any, **kwargs: Any) -> Iterator[Any]:
+        yield ChatMessageStreamDelta(content="Searching ")
+        yield ChatMessageStreamDelta(content="now.")
+        yield from super().generate_stream(messages, **kwargs)
+
+
+@pytest.mark.parametrize("messages", [True, False])
+def test_the_models_streamed_words_are_the_runs_messages(messages: bool) -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    run = ToolCallingAgent(
+        tools=[web_search],
+        model=Talkative([[("web_search", {"q": "x"}, "call_w")]]),
+        max_steps=5,
+        stream_outputs=True,
+    ).run("go", stream=True)
+    list(track_stream(tracker, run, messages=messages))
+    tracker.close()
+    seen = [
+        e.type if not isinstance(e, ts.MessageDelta) else e.text
+        for e in events_of(bus)
+        if isinstance(e, (ts.MessageDelta, ts.MessageFinished, ts.ToolCreated))
+    ]
+    if not messages:
+        assert seen == ["tool.created"]
+        return
+    assert "".join(seen[: seen.index("message.finished")]) == "Searching now."
+    assert seen.index("message.finished") < seen.index("tool.created")
+    assert_lifecycle(events_of(bus), compare=bus.compare)

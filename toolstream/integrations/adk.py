@@ -76,6 +76,26 @@ class _AdkCalls(Calls):
         super().__init__(tracker)
         #: original call id -> the id of ADK's ``adk_request_confirmation`` call.
         self.confirmations: Bounded[str, str] = Bounded()
+        self.response = 0  # the model response now (its words' message key)
+        self.streamed = False  # its text came as partial events already
+
+    def words_of(self, event: Any) -> None:
+        """The model's text and thoughts in an event: partial events (streaming) as they
+        come; a whole response's event unless its text was streamed."""
+        content = getattr(event, "content", None)
+        if getattr(event, "author", "user") == "user" or content is None:
+            return
+        partial = bool(getattr(event, "partial", False))
+        for part in getattr(content, "parts", None) or ():
+            text = getattr(part, "text", None)
+            if not isinstance(text, str) or not text or (self.streamed and not partial):
+                continue
+            self.words.add(self.response, text, "reasoning" if part.thought else "text")
+        if partial:
+            self.streamed = True
+        else:
+            self.streamed = False
+            self.response += 1
 
     def saw(self, event: Any) -> bool:
         """Record the confirmations ADK asks in ``event``; True when it asks any."""
@@ -99,19 +119,26 @@ def _call_id(tool_context: Any) -> str | None:
 
 
 class ToolstreamPlugin(BasePlugin):
-    """An ADK plugin that announces each tool call on ``tracker``:
+    """An ADK plugin that announces each tool call on ``tracker``, and the model's text
+    and thoughts as the run's messages (``messages=False``: calls only):
     ``App(..., plugins=[ToolstreamPlugin(tracker)])``.
 
     ``approval_timeout``: seconds a call that needs confirmation waits for a person
     before its approval expires (and the call is denied)."""
 
     def __init__(
-        self, tracker: Tracker, *, name: str = "toolstream", approval_timeout: float | None = None
+        self,
+        tracker: Tracker,
+        *,
+        name: str = "toolstream",
+        approval_timeout: float | None = None,
+        messages: bool = True,
     ) -> None:
         super().__init__(name=name)
         self.tracker = tracker
         self.calls = _calls(tracker)
         self.calls.approval_timeout = approval_timeout
+        self.calls.words.enabled = messages
         # The runs this plugin opened, by ADK invocation id, and whether each waits.
         self._runs: dict[str, tuple[RunScope, bool]] = {}
         # How often each invocation id made a run (ADK resumes a confirmation in the
@@ -133,7 +160,9 @@ class ToolstreamPlugin(BasePlugin):
         return None
 
     async def on_event_callback(self, *, invocation_context: Any, event: Any) -> Any:
-        """An event of the invocation: the confirmations ADK asks in it."""
+        """An event of the invocation: the model's words (unless ``messages=False``), the
+        confirmations ADK asks."""
+        self.calls.words_of(event)
         if self.calls.saw(event):
             invocation = str(getattr(invocation_context, "invocation_id", "") or "")
             opened = self._runs.get(invocation)

@@ -48,16 +48,20 @@ def _error_of(step: Any) -> dict[str, str]:
 
 
 def track_stream(
-    tracker: Tracker, events: Iterable[Any], *, run_id: str | None = None
+    tracker: Tracker, events: Iterable[Any], *, run_id: str | None = None, messages: bool = True
 ) -> Iterator[Any]:
     """Re-yield the events of ``agent.run(task, stream=True)`` while announcing its calls
-    on ``tracker`` (one toolstream run around them)."""
+    on ``tracker`` (one toolstream run around them), and the model's streamed text (with
+    ``stream_outputs=True``) as the run's messages (``messages=False``: calls only)."""
     calls = calls_of(tracker)
+    calls.words.enabled = messages
     waiting: list[str] = []  # calls of the current step without an output yet
     streaming: dict[int, tuple[str, str]] = {}  # delta index -> (call id, tool), this step
+    step = 0  # the model's message of the current step (its words' message key)
     with framework_run(calls, run_id):
         for event in events:
             if isinstance(event, ChatMessageStreamDelta):
+                calls.words.add(step, event.content)
                 for delta in event.tool_calls or ():
                     _stream_args(calls, streaming, delta)
             elif isinstance(event, ToolCall) and event.name != FINAL:
@@ -78,6 +82,8 @@ def track_stream(
                         handle.cancel("the step ended without an output for this call")
                 waiting.clear()
                 streaming.clear()
+                calls.words.end()
+                step += 1
             yield event
 
 
