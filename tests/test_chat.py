@@ -231,6 +231,30 @@ async def test_words_after_an_approval_request_reach_the_client_once(bus: ts.Eve
     assert [c.state for c in bus.snapshot("c1").calls] == [ts.CallState.COMPLETED]
 
 
+async def test_a_retried_continuation_after_the_chat_was_forgotten_is_empty_and_whole() -> None:
+    """The chat left the bus (its session_ttl passed) before the client retried: the
+    retry runs nothing and gets an empty, well-formed stream for the message it holds
+    (DefaultChatTransport throws on a 204 to a POST)."""
+    now = [1000.0]
+    bus = ts.EventBus(session_ttl=60.0, clock=lambda: now[0])
+    turns = Turns(bus)
+    with serve(ChatApp(bus, turns)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+            first = user("Email the team", chat="c9")
+            streamed = chunks((await http.post(API, json=first)).text)
+            reply = approval_reply(first, streamed, True, chat="c9")
+            assert "text-delta" in kinds(chunks((await http.post(API, json=reply)).text))
+            await eventually(lambda: not bus.snapshot("c9").open_runs)
+            now[0] += 3600  # the chat is forgotten at the next sweep
+            ts.Tracker(bus, "elsewhere").create("t").cancel()
+            assert not bus.snapshot("c9").runs
+            again = chunks((await http.post(API, json=reply)).text)
+    assert kinds(again) == ["start", "start-step", "finish-step", "finish", "[DONE]"]
+    assert again[0]["messageId"] == streamed[0]["messageId"]
+    assert len(turns.started) == 1
+    bus.close()
+
+
 async def test_an_agent_that_stops_its_run_to_wait_is_resumed_in_the_same_message(
     bus: ts.EventBus,
 ) -> None:

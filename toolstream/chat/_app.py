@@ -390,16 +390,17 @@ class ChatApp:
         continues = _client_message_id(chat) if self.dialect == "ai_sdk" else None
         if target is not None and target.state == "interrupted":
             # The agent stopped its run to wait: its continuation is a new run (the
-            # newest one that started after it, once start_turn made it).
-            later = [r for r in snapshot.runs if (r.started_ts or 0.0) > (target.started_ts or 0.0)]
-            newest = max(later, key=lambda r: r.started_ts or 0.0, default=None)
-            if newest is None and outcome.fresh:
+            # first that started after it, once start_turn made it).
+            since = target.started_ts or 0.0
+            later = [r for r in snapshot.runs if (r.started_ts or 0.0) > since]
+            resumed = min(later, key=lambda r: r.started_ts or 0.0, default=None)
+            if resumed is None and outcome.fresh:
                 await self._start(
                     attrs.evolve(chat, decisions=[]), principal, receive, send, continues=continues
                 )
                 return
-            if newest is not None:
-                await self._replay(chat, newest, set(), receive, send, continues=continues)
+            if resumed is not None:
+                await self._replay(chat, resumed, set(), receive, send, continues=continues)
                 return
             target = None
         if target is None:
@@ -409,7 +410,7 @@ class ChatApp:
                     attrs.evolve(chat, decisions=[]), principal, receive, send, continues=continues
                 )
                 return
-            await self._empty(send, continues, chat.run_id)  # a retry after everything ended
+            await self._empty(send, continues, chat)  # a retry after everything ended
             return
         prime = {r.approval_id for r in decided if r.run_id == target.run_id}
         await self._replay(chat, target, prime, receive, send, continues=None)
@@ -455,15 +456,16 @@ class ChatApp:
             decided=frozenset(d.approval_id for d in chat.decisions),
         )
 
-    async def _empty(self, send: serving.Send, continues: str | None, run_id: str | None) -> None:
+    async def _empty(self, send: serving.Send, continues: str | None, chat: ChatBody) -> None:
         """A well-formed, empty response: a retried continuation whose run is gone."""
         dialect = self._dialect()
         if continues is not None and isinstance(dialect, AISDK):
             dialect.continue_message(continues)
         encoder = Encoder(dialect)
-        name = run_id or f"run_{secrets.token_hex(8)}"
-        started = RunStarted(id="0-0", ts=time.time(), session="", run_id=name)
-        finished = RunFinished(id="0-0", ts=time.time(), session="", run_id=name)
+        name = chat.run_id or f"run_{secrets.token_hex(8)}"
+        now = time.time()
+        started = RunStarted(id="0-0", ts=now, session=chat.session, run_id=name)
+        finished = RunFinished(id="0-0", ts=now, session=chat.session, run_id=name)
         body = [encode_frame(f) for e in (started, finished) for f in encoder.encode(e)]
         body += _frames(encoder, dialect.close())
         headers = serving.stream_headers(dialect)
