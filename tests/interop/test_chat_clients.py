@@ -4,9 +4,11 @@ script (tests/chat_scenarios.py), against every chat server that follows it
 
 - the ``ai`` package's ``AbstractChat`` + ``DefaultChatTransport`` (what ``useChat``
   runs) in Node, for ai 6 and ai 7 (chat_ai.mjs);
-- ``@ag-ui/client``'s ``HttpAgent`` with its event verifier (chat_agui.mjs).
+- ``@ag-ui/client``'s ``HttpAgent`` with its event verifier (chat_agui.mjs);
+- ``@ai-sdk/react``'s ``useChat`` in headless Chromium, for both generations
+  (page/use_chat.jsx, bundled at test time).
 
-A client runs all its scenarios in one process against one server; each
+A client runs all its scenarios in one process (one browser) against one server; each
 scenario is a test of its own. The checks hold for any agent that follows the script
 (a framework may stringify a tool's result, split a text into parts, or add reasoning).
 Every AI SDK response is validated chunk by chunk with that generation's own
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 import toolstream as ts
+from tests.browser import browser_page, wait_for, with_page
 from tests.chat_scenarios import CRASH, FLAVOURS, STORY
 from tests.conftest import require
 from tests.servers import serve
@@ -47,6 +50,14 @@ NODE_SCENARIOS = [
     "retry",
 ]
 AGUI_SCENARIOS = ["weather", "build", "approve", "deny", "stop", "crash", "retry"]
+PAGE_SCENARIOS = ["weather", "approve", "deny", "reload", "reload-after-approval"]
+
+#: What the user types (the canonical script's keyword picks the turn).
+PROMPTS = {
+    "weather": "What is the weather in Paris?",
+    "email": "Email the team, please.",
+    "story": "Tell me a story.",
+}
 
 Result = dict[str, Any]
 
@@ -108,18 +119,18 @@ class Batches:
             raise done
         return done
 
-    def _server(self, flavour: str, dialect: str) -> str:
+    def _server(self, flavour: str, dialect: str, page: Callable[[Any], Any] | None) -> str:
         bus = ts.EventBus()
         self._stack.callback(bus.close)
         app = FLAVOURS[flavour](bus, "agui" if dialect == "agui" else "ai_sdk")
-        served = self._stack.enter_context(serve(app))
+        served = self._stack.enter_context(serve(app if page is None else page(app)))
         self._buses[served.url] = bus
         return served.url
 
     def node(self, flavour: str, generation: str) -> Batch:
         def make() -> Batch:
             require(*node_checks_available())
-            url = self._server(flavour, "ai_sdk")
+            url = self._server(flavour, "ai_sdk", None)
             document = run_driver("chat_ai.mjs", url + "/api/chat", generation, *NODE_SCENARIOS)
             return Batch("node", generation, self._buses[url], document)
 
@@ -129,11 +140,41 @@ class Batches:
     def agui(self, flavour: str) -> Batch:
         def make() -> Batch:
             require(*node_checks_available())
-            url = self._server(flavour, "agui")
+            url = self._server(flavour, "agui", None)
             document = run_driver("chat_agui.mjs", url + "/agent", *AGUI_SCENARIOS)
             return Batch("agui", None, self._buses[url], document)
 
         batch: Batch = self._once(("agui", flavour), make)
+        return batch
+
+    def bundle(self, generation: str) -> bytes:
+        def make() -> bytes:
+            require(*node_checks_available())
+            out = self._tmp / f"use_chat_ai{generation}.js"
+            done = subprocess.run(
+                ["node", str(HERE / "page" / "build.mjs"), generation, str(out)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                cwd=HERE,
+            )
+            assert done.returncode == 0, done.stderr[-4000:]
+            return out.read_bytes()
+
+        bundle: bytes = self._once(("bundle", generation), make)
+        return bundle
+
+    def page(self, flavour: str, generation: str) -> Batch:
+        def make() -> Batch:
+            script = self.bundle(generation)
+            url = self._server(
+                flavour, "ai_sdk", lambda app: with_page(PAGE, app, {"/use_chat.js": script})
+            )
+            results = run_pages(url, PAGE_SCENARIOS)
+            return Batch("page", generation, self._buses[url], {"results": results})
+
+        batch: Batch = self._once(("page", flavour, generation), make)
         return batch
 
 
@@ -141,6 +182,162 @@ class Batches:
 def batches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Batches]:
     with contextlib.ExitStack() as stack:
         yield Batches(stack, tmp_path_factory.mktemp("chat-clients"))
+
+
+# -- useChat in Chromium -------------------------------------------------------------------
+
+PAGE = (
+    b'<!doctype html><html><head><meta charset="utf-8"><title>useChat</title></head>'
+    b'<body><div id="root"></div><script type="module" src="/use_chat.js"></script>'
+    b"</body></html>"
+)
+
+
+def idle(responses: int) -> str:
+    """JavaScript: the chat is idle after ``responses`` responses, each read to its end."""
+    return (
+        "window.chatView && ['ready', 'error'].includes(window.chatView.status)"
+        f" && window.chatLog.responses.length >= {responses}"
+        " && window.chatLog.responses.every(r => r.end !== 'open')"
+    )
+
+
+LAST_TEXT = (
+    "(m => m && m.role === 'assistant' ? m.parts.filter(p => p.type === 'text')"
+    ".map(p => p.text).join('') : '')(window.chatView.messages.at(-1))"
+)
+APPROVE = ".tool[data-state='approval-requested'] button.approve"
+DENY = ".tool[data-state='approval-requested'] button.deny"
+
+
+class PageScenario:
+    """One scenario on the page: a fresh chat; what the test did, and what the page
+    recorded (across reloads)."""
+
+    def __init__(self, page: Any, url: str) -> None:
+        self.page = page
+        self.url = url
+        self.steps: list[dict[str, Any]] = []
+        self.earlier: list[dict[str, Any]] = []  # responses of page loads before a reload
+        self.page_errors: list[str] = []
+        page.goto(url + "/")
+        page.evaluate("sessionStorage.clear()")
+        page.goto(url + "/")
+        wait_for(page, idle(1))  # the resume on load: nothing to resume (204)
+
+    def send(self, text: str) -> None:
+        self.page.fill("#prompt", text)
+        self.page.click("#send")
+
+    def asked(self) -> None:
+        wait_for(self.page, f"document.querySelector({APPROVE!r}) && ({idle(2)})")
+        view = self.page.evaluate("window.chatView")
+        last = view["messages"][-1]
+        (part,) = [p for p in last["parts"] if p.get("state") == "approval-requested"]
+        shown = self.page.query_selector(".tool[data-state='approval-requested'] .reason")
+        self.steps.append(
+            {
+                "step": "asked",
+                "messageId": last["id"],
+                "part": part,
+                "shown": None if shown is None else shown.text_content(),
+            }
+        )
+
+    def decided(self) -> None:
+        self.steps.append(
+            {
+                "step": "decided",
+                "messageId": self.page.evaluate("window.chatView.messages.at(-1).id"),
+            }
+        )
+
+    def reload(self) -> None:
+        """Reload the page mid-turn; the responses of this load are kept (an open one
+        as cut by the reload)."""
+        for response in self.page.evaluate("window.chatLog.responses"):
+            self.earlier.append(
+                {**response, "end": "reloaded" if response["end"] == "open" else response["end"]}
+            )
+        self.page.reload()
+
+    def result(self) -> Result:
+        view = self.page.evaluate("window.chatView") or {}
+        log = self.page.evaluate("window.chatLog") or {}
+        return {
+            "chat": view.get("id"),
+            "status": view.get("status"),
+            "chatError": view.get("error") or None,
+            "steps": self.steps,
+            "errors": log.get("errors", []) + self.page_errors,
+            "data": log.get("data", []),
+            "messages": view.get("messages", []),
+            "responses": self.earlier + log.get("responses", []),
+        }
+
+
+def page_weather(s: PageScenario) -> None:
+    s.send(PROMPTS["weather"])
+    wait_for(s.page, idle(2))
+
+
+def page_decided(s: PageScenario, approved: bool) -> None:
+    s.send(PROMPTS["email"])
+    s.asked()
+    s.page.click(APPROVE if approved else DENY)
+    wait_for(s.page, idle(3))
+    s.decided()
+
+
+def page_reload(s: PageScenario) -> None:
+    s.send(PROMPTS["story"])
+    wait_for(s.page, f"{LAST_TEXT}.length > 10")
+    s.steps.append({"step": "cut", "text": s.page.evaluate(LAST_TEXT)})
+    s.reload()
+    # The page restores the chat and the user's message; resume rebuilds the answer.
+    wait_for(s.page, idle(1))
+
+
+def page_reload_after_approval(s: PageScenario) -> None:
+    s.send(PROMPTS["email"])
+    s.asked()
+    s.page.click(APPROVE)
+    # The continuation has begun: the approved call runs (0.5 s). Reload there.
+    wait_for(s.page, "window.chatLog.responses.length >= 3 && window.chatLog.responses[2].status")
+    s.steps.append(
+        {"step": "cut", "parts": s.page.evaluate("window.chatView.messages.at(-1).parts")}
+    )
+    s.reload()
+    wait_for(s.page, idle(1))
+
+
+PAGE_FLOWS: dict[str, Callable[[PageScenario], None]] = {
+    "weather": page_weather,
+    "approve": lambda s: page_decided(s, True),
+    "deny": lambda s: page_decided(s, False),
+    "reload": page_reload,
+    "reload-after-approval": page_reload_after_approval,
+}
+
+
+def run_pages(url: str, scenarios: list[str]) -> dict[str, Result]:
+    """Every scenario in sequence in one Chromium, each on a fresh chat."""
+    results: dict[str, Result] = {}
+    with browser_page() as page:
+        failures: list[str] = []
+        page.on("pageerror", lambda e: failures.append(f"page error: {e}"))
+        for name in scenarios:
+            failures.clear()
+            scenario: PageScenario | None = None
+            try:
+                scenario = PageScenario(page, url)
+                PAGE_FLOWS[name](scenario)
+                results[name] = {"ok": True, **scenario.result()}
+            except Exception as exc:
+                recorded = {} if scenario is None else scenario.result()
+                results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", **recorded}
+            results[name]["errors"] = results[name].get("errors", []) + failures
+    return results
 
 
 # -- what the script says a client ends with -----------------------------------------------
@@ -384,6 +581,29 @@ def test_abstract_chat_in_node(
     result = batch.result(scenario)
     check_responses(result, batch)
     AI_SDK_CHECKS[scenario](result, batch)
+
+
+@pytest.mark.parametrize("scenario", PAGE_SCENARIOS)
+@pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_use_chat_in_chromium(
+    batches: Batches, flavour: str, generation: str, scenario: str
+) -> None:
+    batch = batches.page(flavour, generation)
+    result = batch.result(scenario)
+    check_responses(result, batch)
+    AI_SDK_CHECKS[scenario](result, batch)
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_each_generation_runs_its_own_ai_package(batches: Batches, generation: str) -> None:
+    """The Node driver imports the generation's ``ai``; the page's bundle holds that one
+    ``ai`` and no other (``@ai-sdk/react`` 3 uses ai 6)."""
+    flavour = next(iter(FLAVOURS))
+    assert batches.node(flavour, generation).version == GENERATIONS[generation]
+    bundle = batches.bundle(generation)
+    versions = {v: f'"{v}"'.encode() in bundle for v in GENERATIONS.values()}
+    assert versions == {v: v == GENERATIONS[generation] for v in GENERATIONS.values()}
 
 
 # -- AG-UI's HttpAgent -------------------------------------------------------------------------
