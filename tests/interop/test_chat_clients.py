@@ -334,7 +334,10 @@ def run_pages(url: str, scenarios: list[str]) -> dict[str, Result]:
                 PAGE_FLOWS[name](scenario)
                 results[name] = {"ok": True, **scenario.result()}
             except Exception as exc:
-                recorded = {} if scenario is None else scenario.result()
+                recorded: Result = {}
+                if scenario is not None:
+                    with contextlib.suppress(Exception):  # the page may be gone
+                        recorded = scenario.result()
                 results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", **recorded}
             results[name]["errors"] = results[name].get("errors", []) + failures
     return results
@@ -610,12 +613,21 @@ def test_each_generation_runs_its_own_ai_package(batches: Batches, generation: s
 
 
 def said(result: Result) -> list[str]:
-    """The assistant's words, message by message."""
-    return [
-        m["content"].strip()
-        for m in result["messages"]
-        if m["role"] == "assistant" and isinstance(m.get("content"), str) and m["content"]
-    ]
+    """The assistant's words between its calls (text messages with nothing between them
+    as one), stripped."""
+    out: list[str] = []
+    joined = False  # the previous message was the assistant's text, no call after it
+    for m in result["messages"]:
+        content = m.get("content") if m["role"] == "assistant" else None
+        if isinstance(content, str) and content:
+            if joined:
+                out[-1] += content
+            else:
+                out.append(content)
+            joined = not m.get("toolCalls")
+        else:
+            joined = False
+    return [text.strip() for text in out]
 
 
 def tool_results(result: Result) -> list[str]:
