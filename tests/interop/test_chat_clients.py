@@ -420,16 +420,20 @@ def ran_once(bus: ts.EventBus, chat: str, tool: str) -> None:
     stops to wait may leave one more run, ended ``interrupted``)."""
     snapshot = bus.snapshot(chat)
     calls = [c for c in snapshot.calls if c.tool == tool]
-    assert [c.state for c in calls] == [ts.CallState.COMPLETED], calls
+    seen = (
+        f"{tool} calls {[(c.call_id, c.state.value, c.run_id) for c in calls]}, "
+        f"runs {[(r.run_id, r.state) for r in snapshot.runs]}"
+    )
+    assert [c.state for c in calls] == [ts.CallState.COMPLETED], seen
     sub = bus.subscribe(session=chat, after=f"{bus.epoch}-0")
     try:
         events = sub.take_nowait()
     finally:
         sub.close()
     completed = [e for e in events if isinstance(e, ts.ToolCompleted)]
-    assert [e.call_id for e in completed] == [calls[0].call_id]
+    assert [e.call_id for e in completed] == [calls[0].call_id], seen
     runs = [r.state for r in snapshot.runs if r.state != "interrupted"]
-    assert runs == ["completed"], [(r.run_id, r.state) for r in snapshot.runs]
+    assert runs == ["completed"], seen
 
 
 def stopped(bus: ts.EventBus, chat: str) -> None:
