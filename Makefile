@@ -42,7 +42,8 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-# The peers' own validators (npm "ai", "@ag-ui/client"), pinned by the lock file.
+# The peers' own validators and chat clients (npm "ai" 7 and 6, "@ai-sdk/react" 4 and 3,
+# "@ag-ui/client", esbuild for the useChat pages), pinned by the lock file.
 # Without npm the interop tests skip, saying why (CI requires them).
 INTEROP := tests/interop/node_modules/.package-lock.json
 

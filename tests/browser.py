@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .conftest import require
@@ -50,15 +50,21 @@ def browser_page() -> Iterator[Any]:
             browser.close()
 
 
-def with_page(page: bytes, app: Any) -> Any:
-    """An ASGI app serving ``page`` (HTML) to every plain HTTP GET of ``/`` and passing
-    everything else (the event stream, the socket) to ``app``."""
+def with_page(page: bytes, app: Any, scripts: Mapping[str, bytes] | None = None) -> Any:
+    """An ASGI app serving ``page`` (HTML) to every plain HTTP GET of ``/``, and each of
+    ``scripts`` (path -> JavaScript) at its path, and passing everything else (the event
+    stream, the socket) to ``app``."""
+    served = {"/": (page, b"text/html; charset=utf-8")}
+    for path, script in (scripts or {}).items():
+        served[path] = (script, b"text/javascript; charset=utf-8")
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/":
-            headers = [(b"content-type", b"text/html; charset=utf-8")]
+        found = served.get(scope["path"]) if scope["type"] == "http" else None
+        if found is not None and scope["method"] == "GET":
+            body, kind = found
+            headers = [(b"content-type", kind)]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": page})
+            await send({"type": "http.response.body", "body": body})
             return
         await app(scope, receive, send)
 

@@ -12,7 +12,7 @@ turn, and any gateway process of the bus can take its continuation.
 
 The gateway serves a ChatApp on RedisBus whose ``start_turn`` and ``cancel_turn``
 (:class:`RedisTurns`) hand turns to the worker. The worker runs each turn on its own
-RedisBus: ``script`` runs the scripted agents of tests/chat_agents.py, ``demo`` the
+RedisBus: ``script`` runs the canonical script of tests/chat_scenarios.py, ``demo`` the
 demo's simulated agent.
 """
 
@@ -110,7 +110,7 @@ def gateway(url: str, prefix: str, port: int, dialect: str) -> None:
 
 
 async def worker(url: str, prefix: str, agent: str) -> None:
-    from tests.chat_agents import run_script
+    from tests.chat_scenarios import run_script
     from toolstream.demo.agent import run_turn
     from toolstream.redis import RedisBus
 

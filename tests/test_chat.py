@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import toolstream as ts
-from tests.chat_agents import STORY, run_script
+from tests.chat_scenarios import STORY, run_script
 from tests.servers import Served, eventually, serve
 from toolstream.chat import ChatApp, TurnRequest
 
@@ -129,12 +129,11 @@ async def test_a_turn_streams_text_and_calls_and_ends_where_it_waits_for_a_perso
     assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
     assert response.headers["content-type"].startswith("text/event-stream")
     streamed = chunks(response.text)
-    assert kinds(streamed) == [
+    seen = kinds(streamed)
+    # The text may come in more than one delta (streamed redaction holds back its tail).
+    assert [k for i, k in enumerate(seen) if k != "text-delta" or seen[i - 1] != k] == [
         "start",
         "start-step",
-        "reasoning-start",
-        "reasoning-delta",
-        "reasoning-end",
         "text-start",
         "text-delta",
         "text-end",

@@ -12,12 +12,12 @@ import anyio
 import httpx
 import pytest
 
-from tests.chat_agents import STORY
 from tests.chat_procs import spawn, wait_until_up
+from tests.chat_scenarios import STORY
 from tests.redis_server import RedisServer, free_port
 from toolstream.redis import RedisBus
 
-from .interop.test_chat_clients import parts, run_client
+from .interop.test_chat_clients import one_turn, outline, run_driver
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,42 +62,51 @@ async def ai_sdk(redis_server: RedisServer) -> AsyncIterator[Deployment]:
         made.close()
 
 
-async def client(script: str, url: str, scenario: str) -> dict[str, Any]:
-    return await anyio.to_thread.run_sync(run_client, script, url, scenario)
+async def driver(script: str, *args: str) -> dict[str, Any]:
+    """A Node driver's results (tests/interop), each scenario's checked to have run."""
+    document = await anyio.to_thread.run_sync(run_driver, script, *args)
+    results: dict[str, Any] = document["results"]
+    for result in results.values():
+        assert result["ok"], result["error"]
+    return results
 
 
 async def test_use_chat_with_the_agent_in_a_worker(ai_sdk: Deployment) -> None:
-    result = await client("chat_ai.mjs", ai_sdk.url + "/api/chat", "approve-then-deny")
-    _, first, _, second = result["messages"]
-    assert parts(first)[1:] == [
-        ("text", "done"),
+    results = await driver("chat_ai.mjs", ai_sdk.url + "/api/chat", "7", "approve", "deny")
+    approved, denied = one_turn(results["approve"]), one_turn(results["deny"])
+    assert outline(approved) == [
+        ("text", "I will email the team."),
         ("tool-send_email", "output-available"),
-        ("text", "done"),
+        ("text", "Sent."),
     ]
-    assert first["text"] == "I will email the team.\nSent."
-    assert second["text"] == "I will email the team.\nNot sent."
+    assert outline(denied)[1:] == [("tool-send_email", "output-denied"), ("text", "Not sent.")]
     async with ai_sdk.bus() as bus:
-        snapshot = await bus.fetch_snapshot(result["chat"])
-    assert [r.run_id for r in snapshot.runs] == [first["id"], second["id"]]
-    assert all(r.state == "completed" for r in snapshot.runs)
-    assert [c.state.value for c in snapshot.calls] == ["completed", "denied"]
+        for name, message, state in (
+            ("approve", approved, "completed"),
+            ("deny", denied, "denied"),
+        ):
+            snapshot = await bus.fetch_snapshot(results[name]["chat"])
+            assert [(r.run_id, r.state) for r in snapshot.runs] == [(message["id"], "completed")]
+            assert [c.state.value for c in snapshot.calls] == [state]
 
 
 async def test_use_chat_resumes_a_cut_turn_run_by_a_worker(ai_sdk: Deployment) -> None:
-    result = await client("chat_ai.mjs", ai_sdk.url + "/api/chat", "resume")
-    _, answer = result["messages"]
-    assert answer["text"] == "".join(STORY) + "The end."
-    assert [t for t, _ in parts(answer)] == ["text", "tool-lookup", "text"]
+    results = await driver("chat_ai.mjs", ai_sdk.url + "/api/chat", "7", "reload")
+    assert outline(one_turn(results["reload"])) == [
+        ("text", "".join(STORY).strip()),
+        ("tool-lookup", "output-available"),
+        ("text", "The end."),
+    ]
 
 
 async def test_http_agent_with_the_agent_in_a_worker(redis_server: RedisServer) -> None:
     deployment = Deployment(redis_server, "agui")
     try:
         await deployment.ready()
-        result = await client("chat_agui.mjs", deployment.url + "/agent", "approve")
+        results = await driver("chat_agui.mjs", deployment.url + "/agent", "approve")
     finally:
         deployment.close()
-    first, second = result["runs"]
+    first, second = results["approve"]["runs"]
     assert first["outcome"] == "interrupt"
     assert second["outcome"] == "success"
     assert "TOOL_CALL_START" not in second["events"]

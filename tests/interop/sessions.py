@@ -211,10 +211,8 @@ def wire(frames: list[EncodedFrame]) -> list[Any]:
 def node_checks_available() -> tuple[bool, str]:
     if shutil.which("node") is None:
         return False, "Node.js is not installed"
-    if (
-        not (HERE / "node_modules" / "ai").is_dir()
-        or not (HERE / "node_modules" / "@ag-ui").is_dir()
-    ):
+    packages = ["ai", "ai6", "@ag-ui/client", "@ai-sdk/react", "@ai-sdk/react3", "esbuild"]
+    if not all((HERE / "node_modules" / name).is_dir() for name in packages):
         return False, "the interop packages are not installed (cd tests/interop && npm ci)"
     return True, ""
 
