@@ -30,10 +30,9 @@ from typing import Annotated, Any
 import anyio
 
 import toolstream as ts
+from tests.chat_scenarios import CRASH, STORY
 from toolstream.chat import ChatApp, StartTurn
 
-#: The words of the long answer, streamed one at a time (the resume tests cut it).
-STORY = [f"word{i} " for i in range(30)]
 PACE = 0.05
 
 #: (text before, tool, args, call id suffix) of each scenario's first model response.
@@ -120,7 +119,7 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
             answered = [m for m in messages[human:] if m.type == "tool"]
             if scenario == "crash":
                 yield ChatGenerationChunk(message=AIMessageChunk(content="Thinking."))
-                raise RuntimeError("the model is unavailable")
+                raise RuntimeError(CRASH)
             if answered:
                 said = last_words(scenario, str(answered[-1].content))
                 yield ChatGenerationChunk(message=AIMessageChunk(content=said))
@@ -188,8 +187,12 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
     if hitl:
         from langchain.agents import create_agent
         from langchain.agents.middleware import HumanInTheLoopMiddleware
+        from langchain.agents.middleware.human_in_the_loop import InterruptOnConfig
 
-        gate = HumanInTheLoopMiddleware(interrupt_on={"send_email": True})
+        ask = InterruptOnConfig(
+            allowed_decisions=["approve", "reject"], description="Sends an email"
+        )
+        gate = HumanInTheLoopMiddleware(interrupt_on={"send_email": ask})
         tools: list[Any] = [get_weather, run_build, send_email, lookup, sleep]
         return create_agent(model, tools=tools, middleware=[gate], checkpointer=InMemorySaver())
 
@@ -238,7 +241,7 @@ def pydantic_ai_agent() -> Any:
         scenario = scenario_of(prompt)
         if scenario == "crash":
             yield "Thinking."
-            raise RuntimeError("the model is unavailable")
+            raise RuntimeError(CRASH)
         if responses:
             yield last_words(scenario, answered.replace('\\"', '"'))
             return
@@ -352,7 +355,7 @@ def openai_agents_agent() -> Any:
             ):
                 yield event
                 if event.type == "response.output_text.delta":
-                    raise RuntimeError("the model is unavailable")
+                    raise RuntimeError(CRASH)
 
         return events
 
@@ -399,6 +402,8 @@ def start_turn_of(framework: str, **options: Any) -> StartTurn:
         from toolstream.integrations.langgraph import chat_agent as langgraph_chat
 
         return langgraph_chat(langgraph_agent(hitl=framework == "langgraph-hitl"), **options)
+    # Neither says why a call needs a person: chat_agent is told.
+    options = {"approval_reason": {"send_email": "Sends an email"}, **options}
     if framework == "pydantic-ai":
         from toolstream.integrations.pydantic_ai import chat_agent as pydantic_chat
 

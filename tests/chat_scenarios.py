@@ -124,8 +124,24 @@ def scripted(bus: ts.Bus, dialect: Dialect = "ai_sdk") -> ChatApp:
     return ChatApp(bus, start_turn, dialect=dialect)
 
 
+def framework(name: str) -> ChatServer:
+    """``ChatApp(bus, chat_agent(...))`` of a framework's agent playing the script with
+    its own fake model (tests/chat_frameworks.py)."""
+
+    def make(bus: ts.Bus, dialect: Dialect = "ai_sdk") -> ChatApp:
+        from tests.chat_frameworks import framework_chat_app
+
+        return framework_chat_app(name, bus, dialect=dialect)
+
+    return make
+
+
 #: Every chat server that follows the canonical script, by name. Add one with one line,
 #: e.g. ``"langgraph": lambda bus, dialect: ChatApp(bus, chat_agent(graph), dialect=dialect)``.
 FLAVOURS: dict[str, ChatServer] = {
     "scripted": scripted,
+    "langgraph": framework("langgraph"),  # interrupt() inside the tool
+    "langgraph-hitl": framework("langgraph-hitl"),  # HumanInTheLoopMiddleware
+    "pydantic-ai": framework("pydantic-ai"),
+    "openai-agents": framework("openai-agents"),
 }

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 import toolstream as ts
-from tests.chat_frameworks import FRAMEWORKS, STORY, framework_chat_app, start_turn_of
+from tests.chat_frameworks import FRAMEWORKS, framework_chat_app, start_turn_of
+from tests.chat_scenarios import STORY
 from tests.interop.test_dialects import strict_agui
 from tests.servers import Served, serve
 from toolstream.chat import ChatApp

@@ -6,7 +6,7 @@ import contextlib
 import json
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from toolstream._core.scopes import is_cancellation
@@ -107,6 +107,9 @@ class Calls:
         self.approval_timeout: float | None = None
         #: The model's text and reasoning, as the run's messages.
         self.words = Words(self)
+        #: Why a call needs a person, when the framework gives no reason: ``(tool, args)
+        #: -> reason`` (``chat_agent(approval_reason=...)``).
+        self.reason_for: Callable[[str, Any], str | None] | None = None
 
     def handle(self, call_id: str, tool: str) -> CallHandle:
         """The open call of this id, or a new one (the model's text so far ends first:
@@ -156,6 +159,8 @@ class Calls:
         approval_id = handle.approval_id
         if approval_id is None:
             self.words.end()  # the words before a wait are complete before it
+            if reason is None and self.reason_for is not None:
+                reason = self.reason_for(handle.tool, handle.args)
             approval_id = handle.await_approval(reason, timeout=self.approval_timeout)
         self.approvals[handle.call_id] = approval_id
         return approval_id

@@ -12,7 +12,7 @@ client keeps one assistant message per turn.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import toolstream as ts
@@ -24,6 +24,9 @@ __all__ = ["Drive", "TurnOptions", "approval_timeout_for", "history", "start_tur
 
 #: How a framework runs one turn: ``await drive(tracker, request)`` inside the turn's run.
 Drive = Callable[[ts.Tracker, "TurnRequest"], Awaitable[None]]
+#: Why a call needs a person, where the framework gives no reason: one sentence for
+#: every call, one per tool name, or ``(tool, args) -> reason``.
+ApprovalReason = str | Mapping[str, str] | Callable[[str, Any], "str | None"]
 
 
 class TurnOptions:
@@ -35,6 +38,7 @@ class TurnOptions:
         approval_timeout: float | None,
         messages: bool,
         tracker_options: dict[str, Any],
+        approval_reason: ApprovalReason | None = None,
     ) -> None:
         if approval_timeout is not None and (
             isinstance(approval_timeout, bool)
@@ -57,6 +61,25 @@ class TurnOptions:
         self.approval_timeout = approval_timeout
         self.messages = messages
         self.tracker_options = tracker_options
+        #: ``(tool, args) -> reason`` for calls whose framework gives none, or None.
+        self.reason_for = _reasons(approval_reason)
+
+
+def _reasons(given: ApprovalReason | None) -> Callable[[str, Any], str | None] | None:
+    if given is None or callable(given):
+        return given
+    if isinstance(given, str):
+        sentence = given
+        return lambda tool, args: sentence
+    if isinstance(given, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in given.items()
+    ):
+        table = dict(given)
+        return lambda tool, args: table.get(tool)
+    raise TypeError(
+        "approval_reason is a sentence, a mapping of tool names to sentences, or a "
+        f"function (tool, args) -> sentence; not {type(given).__name__}"
+    )
 
 
 def approval_timeout_for(options: TurnOptions, bus: ts.Bus) -> float:

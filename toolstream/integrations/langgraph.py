@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
 from toolstream.integrations._calls import Bounded, calls_of, framework_run, refusal
-from toolstream.integrations._chat import TurnOptions, approval_timeout_for, start_turn_for
+from toolstream.integrations._chat import (
+    ApprovalReason,
+    TurnOptions,
+    approval_timeout_for,
+    start_turn_for,
+)
 from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
 
 require("langgraph", "langgraph", "LangGraph")
@@ -268,6 +273,7 @@ def chat_agent(
     config: Mapping[str, Any] | None = None,
     input: Callable[[TurnRequest], Any] | None = None,
     approval_timeout: float | None = None,
+    approval_reason: ApprovalReason | None = None,
     messages: bool = True,
     **tracker_options: Any,
 ) -> StartTurn:
@@ -284,10 +290,15 @@ def chat_agent(
     of the bus may take, then resumes the graph with ``Command(resume=...)`` in the same
     run: the client's continuation goes on in the same assistant message. A refused
     call ends ``denied`` (a tool that asked from inside is entered again, as LangGraph
-    does, and is told). ``tracker_options``: the ``Tracker``'s (``summarizer``,
+    does, and is told). ``approval_reason``: why a call needs a person where the graph
+    gives no reason (a sentence, ``{tool: sentence}`` or ``(tool, args) -> sentence``).
+    ``tracker_options``: the ``Tracker``'s (``summarizer``,
     ``payload``, ``hidden``, ``coalesce``, ``strict``)."""
     options = TurnOptions(
-        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+        approval_timeout=approval_timeout,
+        messages=messages,
+        tracker_options=tracker_options,
+        approval_reason=approval_reason,
     )
     base = dict(config or {})
     if not hasattr(graph, "astream") or not hasattr(graph, "aget_state"):
@@ -302,6 +313,7 @@ def chat_agent(
             else {"messages": [{"role": "user", "content": request.user_text}]}
         )
         timeout = approval_timeout_for(options, tracker.bus)
+        calls_of(tracker).reason_for = options.reason_for
         while True:
             async for _ in track_graph(
                 tracker,

@@ -47,6 +47,7 @@ from toolstream.integrations._calls import (
     refusal,
 )
 from toolstream.integrations._chat import (
+    ApprovalReason,
     TurnOptions,
     approval_timeout_for,
     history,
@@ -323,6 +324,7 @@ def chat_agent(
     agent: Any,
     *,
     approval_timeout: float | None = None,
+    approval_reason: ApprovalReason | None = None,
     messages: bool = True,
     run_config: RunConfig | None = None,
     max_turns: int | None = None,
@@ -342,10 +344,15 @@ def chat_agent(
     seconds, by default the bus's ``session_ttl``) for the decisions, which any gateway
     process of the bus may take, and resumes the ``RunState`` (:func:`apply_decisions`)
     in the same run, so the client's continuation goes on in the same assistant message.
+    ``approval_reason``: why a call needs a person (the SDK gives no reason: a sentence,
+    ``{tool: sentence}`` or ``(tool, args) -> sentence``).
     ``tracker_options``: the ``Tracker``'s (``summarizer``, ``payload``, ``hidden``,
     ``coalesce``, ``strict``)."""
     options = TurnOptions(
-        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+        approval_timeout=approval_timeout,
+        messages=messages,
+        tracker_options=tracker_options,
+        approval_reason=approval_reason,
     )
     if not hasattr(agent, "name") or not hasattr(agent, "tools"):
         raise TypeError("chat_agent takes an Agents SDK Agent")
@@ -356,6 +363,7 @@ def chat_agent(
         items: list[Any] = [{"role": role, "content": text} for role, text in said]
         items.append({"role": "user", "content": prompt})
         hooks = ToolstreamHooks(tracker)
+        _follower(tracker).reason_for = options.reason_for
         config = _config_for(tracker, run_config)
         timeout = approval_timeout_for(options, tracker.bus)
         given: Any = items

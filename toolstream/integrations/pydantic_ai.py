@@ -28,6 +28,7 @@ from toolstream._core.scopes import cancel_reason, is_cancellation
 from toolstream.integrations import require
 from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run, refusal
 from toolstream.integrations._chat import (
+    ApprovalReason,
     TurnOptions,
     approval_timeout_for,
     history,
@@ -356,6 +357,7 @@ def chat_agent(
     agent: Any,
     *,
     approval_timeout: float | None = None,
+    approval_reason: ApprovalReason | None = None,
     messages: bool = True,
     run_options: dict[str, Any] | None = None,
     **tracker_options: Any,
@@ -373,10 +375,15 @@ def chat_agent(
     ``session_ttl``) for the decisions, which any gateway process of the bus may take,
     and runs the agent again with them in the same run, so the client's continuation goes
     on in the same assistant message. ``run_options``: more keyword arguments for
-    ``agent.run`` (``deps``, ``model_settings``...). ``tracker_options``: the
+    ``agent.run`` (``deps``, ``model_settings``...). ``approval_reason``: why a call
+    needs a person (``requires_approval`` gives no reason: a sentence, ``{tool:
+    sentence}`` or ``(tool, args) -> sentence``). ``tracker_options``: the
     ``Tracker``'s (``summarizer``, ``payload``, ``hidden``, ``coalesce``, ``strict``)."""
     options = TurnOptions(
-        approval_timeout=approval_timeout, messages=messages, tracker_options=tracker_options
+        approval_timeout=approval_timeout,
+        messages=messages,
+        tracker_options=tracker_options,
+        approval_reason=approval_reason,
     )
     if not hasattr(agent, "run") or not hasattr(agent, "output_type"):
         raise TypeError("chat_agent takes a pydantic-ai Agent")
@@ -388,6 +395,7 @@ def chat_agent(
 
     async def drive(tracker: Tracker, request: TurnRequest) -> None:
         said, prompt = history(request)
+        _follower(tracker).reason_for = options.reason_for
         hooks = [
             capability(
                 tracker,
