@@ -187,11 +187,9 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
     if hitl:
         from langchain.agents import create_agent
         from langchain.agents.middleware import HumanInTheLoopMiddleware
-        from langchain.agents.middleware.human_in_the_loop import InterruptOnConfig
 
-        ask = InterruptOnConfig(
-            allowed_decisions=["approve", "reject"], description="Sends an email"
-        )
+        # An InterruptOnConfig (its TypedDict marks optional keys as required).
+        ask: Any = {"allowed_decisions": ["approve", "reject"], "description": "Sends an email"}
         gate = HumanInTheLoopMiddleware(interrupt_on={"send_email": ask})
         tools: list[Any] = [get_weather, run_build, send_email, lookup, sleep]
         return create_agent(model, tools=tools, middleware=[gate], checkpointer=InMemorySaver())

@@ -234,6 +234,8 @@ def test_bad_options_are_refused_when_the_agent_is_made() -> None:
         chat_agent(pydantic_ai_agent(), colour="blue")
     with pytest.raises(TypeError, match="pydantic-ai Agent"):
         chat_agent(object())
+    with pytest.raises(TypeError, match="approval_reason"):
+        chat_agent(pydantic_ai_agent(), approval_reason=3)  # type: ignore[arg-type]
 
 
 # -- AG-UI ----------------------------------------------------------------------------------
