@@ -70,6 +70,24 @@ def call_id(scenario: str, n: int) -> str:
     return f"call_{scenario}_{n}"
 
 
+async def send_email(to: str) -> dict[str, Any]:
+    """Send an email."""
+    await anyio.sleep(0.5)
+    return {"sent": True}
+
+
+async def lookup(q: str) -> dict[str, Any]:
+    """Look something up."""
+    await anyio.sleep(0.2)
+    return {"ok": 1}
+
+
+async def sleep(seconds: float) -> str:
+    """Wait."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
 async def get_weather_body(progress: Callable[[float, str], Any]) -> dict[str, Any]:
     await anyio.sleep(0.05)
     done = progress(0.5, "halfway there")
@@ -165,23 +183,7 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
         await anyio.sleep(0.5)
         return {"sent": True}
 
-    @tool
-    async def send_email(to: str) -> dict[str, Any]:
-        """Send an email."""
-        await anyio.sleep(0.5)
-        return {"sent": True}
-
-    @tool
-    async def lookup(q: str) -> dict[str, Any]:
-        """Look something up."""
-        await anyio.sleep(0.2)
-        return {"ok": 1}
-
-    @tool
-    async def sleep(seconds: float) -> str:
-        """Wait."""
-        await anyio.sleep(seconds)
-        return "slept"
+    plain = [tool(send_email), tool(lookup), tool(sleep)]
 
     model = ScriptedChat()
     if hitl:
@@ -191,7 +193,7 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
         # An InterruptOnConfig (its TypedDict marks optional keys as required).
         ask: Any = {"allowed_decisions": ["approve", "reject"], "description": "Sends an email"}
         gate = HumanInTheLoopMiddleware(interrupt_on={"send_email": ask})
-        tools: list[Any] = [get_weather, run_build, send_email, lookup, sleep]
+        tools: list[Any] = [get_weather, run_build, *plain]
         return create_agent(model, tools=tools, middleware=[gate], checkpointer=InMemorySaver())
 
     send_email_asking.name = "send_email"
@@ -202,7 +204,7 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
     node = ToolNode(
-        [get_weather, run_build, send_email_asking, lookup, sleep], handle_tool_errors=True
+        [get_weather, run_build, send_email_asking, *plain[1:]], handle_tool_errors=True
     )
     graph.add_node("tools", node)
     graph.add_edge(START, "agent")
@@ -267,23 +269,9 @@ def pydantic_ai_agent() -> Any:
         """Run the build."""
         raise ToolFailed("make: exit code 1")
 
-    @agent.tool_plain(requires_approval=True)
-    async def send_email(to: str) -> dict[str, Any]:
-        """Send an email."""
-        await anyio.sleep(0.5)
-        return {"sent": True}
-
-    @agent.tool_plain
-    async def lookup(q: str) -> dict[str, Any]:
-        """Look something up."""
-        await anyio.sleep(0.2)
-        return {"ok": 1}
-
-    @agent.tool_plain
-    async def sleep(seconds: float) -> str:
-        """Wait."""
-        await anyio.sleep(seconds)
-        return "slept"
+    agent.tool_plain(requires_approval=True)(send_email)
+    agent.tool_plain(lookup)
+    agent.tool_plain(sleep)
 
     return agent
 
@@ -369,25 +357,8 @@ def openai_agents_agent() -> Any:
         """Run the build."""
         raise RuntimeError("make: exit code 1")
 
-    @function_tool(needs_approval=True)
-    async def send_email(to: str) -> dict[str, Any]:
-        """Send an email."""
-        await anyio.sleep(0.5)
-        return {"sent": True}
-
-    @function_tool
-    async def lookup(q: str) -> dict[str, Any]:
-        """Look something up."""
-        await anyio.sleep(0.2)
-        return {"ok": 1}
-
-    @function_tool
-    async def sleep(seconds: float) -> str:
-        """Wait."""
-        await anyio.sleep(seconds)
-        return "slept"
-
-    tools: list[Any] = [get_weather, run_build, send_email, lookup, sleep]
+    plain = [function_tool(send_email, needs_approval=True), function_tool(lookup)]
+    tools: list[Any] = [get_weather, run_build, *plain, function_tool(sleep)]
     return Agent(name="assistant", model=model, tools=tools)
 
 

@@ -88,6 +88,19 @@ def wait_until_up(url: str, procs: list[subprocess.Popen[str]], within: float = 
     raise RuntimeError(f"{url} did not come up within {within} s")
 
 
+def with_health(app: Any) -> Any:
+    """``app``, with ``GET /healthz`` answering 200 (what :func:`wait_until_up` asks)."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/healthz":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def gateway(url: str, prefix: str, port: int, dialect: str) -> None:
     """Serve a ChatApp on RedisBus on 127.0.0.1:port (``/healthz`` answers 200 when up)."""
     import uvicorn
@@ -99,14 +112,7 @@ def gateway(url: str, prefix: str, port: int, dialect: str) -> None:
     turns = RedisTurns(url, prefix)
     chat = ChatApp(bus, turns.start_turn, cancel_turn=turns.cancel_turn, dialect=dialect)  # type: ignore[arg-type]
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/healthz":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
-            return
-        await chat(scope, receive, send)
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    uvicorn.run(with_health(chat), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
 
 
 async def worker(url: str, prefix: str, agent: str) -> None:
@@ -176,14 +182,7 @@ def framework(url: str, prefix: str, port: int, name: str, dialect: str) -> None
 
     chat = framework_chat_app(name, RedisBus(url, prefix=prefix), dialect=dialect)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/healthz":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
-            return
-        await chat(scope, receive, send)
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    uvicorn.run(with_health(chat), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ every scenario against each (tests/interop/test_chat_clients.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -145,3 +145,46 @@ FLAVOURS: dict[str, ChatServer] = {
     "pydantic-ai": framework("pydantic-ai"),
     "openai-agents": framework("openai-agents"),
 }
+
+
+# -- what the AI SDK's transport posts, and what comes back --------------------------------
+
+
+def kinds(items: list[Any]) -> list[str]:
+    """The ``type`` of each chunk (``[DONE]`` as itself)."""
+    return [c["type"] if isinstance(c, dict) else c for c in items]
+
+
+def user(text: str, chat: str = "c1") -> dict[str, Any]:
+    """A turn as ``DefaultChatTransport`` posts it: the user's message."""
+    return {
+        "id": chat,
+        "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
+    }
+
+
+def approval_reply(first: dict[str, Any], streamed: list[Any], approved: bool) -> dict[str, Any]:
+    """What ``useChat`` posts after ``addToolApprovalResponse`` on the response
+    ``streamed`` to ``first``: the assistant message, its tool part approval-responded."""
+    asked = next(
+        c for c in streamed if isinstance(c, dict) and c["type"] == "tool-approval-request"
+    )
+    message_id = next(
+        c["messageId"] for c in streamed if isinstance(c, dict) and c["type"] == "start"
+    )
+    tool = next(
+        c["toolName"]
+        for c in streamed
+        if isinstance(c, dict)
+        and c["type"] == "tool-input-start"
+        and c["toolCallId"] == asked["toolCallId"]
+    )
+    part = {
+        "type": f"tool-{tool}",
+        "toolCallId": asked["toolCallId"],
+        "state": "approval-responded",
+        "approval": {"id": asked["approvalId"], "approved": approved},
+    }
+    assistant = {"id": message_id, "role": "assistant", "parts": [part]}
+    return {**first, "messageId": message_id, "messages": [*first["messages"], assistant]}

@@ -19,6 +19,33 @@ def events_of(bus: ts.EventBus, session: str = "s") -> list[ts.Event]:
     return bus.subscribe(session=session, after=f"{bus.epoch}-0").take_nowait()
 
 
+def words(bus: ts.EventBus, *, first: type[ts.Event] = ts.ToolCreated) -> list[tuple[str, str]]:
+    """The session's words and cards in bus order: each message's text per kind
+    (``("text", ...)``, ``("reasoning", ...)``, deltas of one kind joined), its end
+    (``("message.finished", "")``) and each call's ``first`` event (``(type, call id)``)."""
+    out: list[tuple[str, str]] = []
+    for event in events_of(bus):
+        if isinstance(event, ts.MessageDelta):
+            if out and out[-1][0] == event.kind:
+                out[-1] = (event.kind, out[-1][1] + event.text)
+            else:
+                out.append((event.kind, event.text))
+        elif isinstance(event, (ts.MessageFinished, first)):
+            out.append((event.type, event.call_id))
+    return out
+
+
+#: What a model that says something before its one call and "done" after it leaves.
+SPOKEN = [
+    ("reasoning", "A search. "),
+    ("text", "Searching now."),
+    ("message.finished", ""),
+    ("tool.created", "call_w"),
+    ("text", "done"),
+    ("message.finished", ""),
+]
+
+
 def types_of(bus: ts.EventBus, call_id: str) -> list[str]:
     """The wire names of one call's events."""
     return [e.type for e in events_of(bus) if e.call_id == call_id]

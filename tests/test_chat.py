@@ -4,7 +4,6 @@ clients drive it in tests/interop/test_chat_clients.py.)"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,22 +14,12 @@ import httpx
 import pytest
 
 import toolstream as ts
-from tests.chat_scenarios import STORY, run_script
+from tests.chat_scenarios import STORY, approval_reply, kinds, run_script, user
 from tests.servers import Served, eventually, serve
 from toolstream.chat import ChatApp, TurnRequest
+from toolstream.testing import sse_data as chunks
 
 API = "/api/chat"
-
-
-def chunks(text: str) -> list[Any]:
-    """The data of every SSE frame of a response."""
-    out: list[Any] = []
-    for block in text.split("\n\n"):
-        for line in block.splitlines():
-            if line.startswith("data: "):
-                data = line[6:]
-                out.append(data if data == "[DONE]" else json.loads(data))
-    return out
 
 
 async def post_then_leave(client: httpx.AsyncClient, body: dict[str, Any], seen: str) -> None:
@@ -39,45 +28,6 @@ async def post_then_leave(client: httpx.AsyncClient, body: dict[str, Any], seen:
         async for line in response.aiter_lines():
             if seen in line:
                 return
-
-
-def kinds(items: list[Any]) -> list[str]:
-    return [c["type"] if isinstance(c, dict) else c for c in items]
-
-
-def user(text: str, chat: str = "c1") -> dict[str, Any]:
-    return {
-        "id": chat,
-        "trigger": "submit-message",
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
-    }
-
-
-def approval_reply(
-    first: dict[str, Any], streamed: list[Any], approved: bool, chat: str = "c1"
-) -> dict[str, Any]:
-    """What useChat sends after addToolApprovalResponse: the assistant message, its tool
-    part approval-responded."""
-    asked = next(
-        c for c in streamed if isinstance(c, dict) and c["type"] == "tool-approval-request"
-    )
-    message_id = next(
-        c["messageId"] for c in streamed if isinstance(c, dict) and c["type"] == "start"
-    )
-    part = {
-        "type": "tool-send_email",
-        "toolCallId": asked["toolCallId"],
-        "state": "approval-responded",
-        "input": {"to": "team@example.com"},
-        "approval": {"id": asked["approvalId"], "approved": approved},
-    }
-    assistant = {"id": message_id, "role": "assistant", "parts": [part]}
-    return {
-        "id": chat,
-        "trigger": "submit-message",
-        "messageId": message_id,
-        "messages": [*first["messages"], assistant],
-    }
 
 
 @pytest.fixture
@@ -241,7 +191,7 @@ async def test_a_retried_continuation_after_the_chat_was_forgotten_is_empty_and_
         async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
             first = user("Email the team", chat="c9")
             streamed = chunks((await http.post(API, json=first)).text)
-            reply = approval_reply(first, streamed, True, chat="c9")
+            reply = approval_reply(first, streamed, True)
             assert "text-delta" in kinds(chunks((await http.post(API, json=reply)).text))
             await eventually(lambda: not bus.snapshot("c9").open_runs)
             now[0] += 3600  # the chat is forgotten at the next sweep
@@ -308,8 +258,7 @@ async def test_an_approval_asked_from_inside_a_running_call_pauses_and_continues
     asked = next(
         c for c in streamed if isinstance(c, dict) and c["type"] == "tool-approval-request"
     )
-    reply = approval_reply(first, streamed, True, chat="c7")
-    reply["messages"][-1]["parts"][0]["type"] = "tool-deploy"
+    reply = approval_reply(first, streamed, True)
     more = chunks((await client.post(API, json=reply)).text)
     assert len(turns.started) == 1
     assert [c for c in more if isinstance(c, dict) and c["type"] == "tool-output-available"] == [
@@ -521,7 +470,7 @@ async def test_a_decision_for_another_chats_approval_is_404(
 ) -> None:
     first = user("Email the team", chat="a")
     streamed = chunks((await client.post(API, json=first)).text)
-    foreign = approval_reply(first, streamed, True, chat="b")
+    foreign = {**approval_reply(first, streamed, True), "id": "b"}
     response = await client.post(API, json=foreign)
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"

@@ -20,28 +20,15 @@ import pytest
 
 import toolstream as ts
 from tests.chat_frameworks import FRAMEWORKS, framework_chat_app, start_turn_of
-from tests.chat_scenarios import STORY
+from tests.chat_scenarios import STORY, approval_reply, kinds, user
 from tests.interop.test_dialects import strict_agui
 from tests.servers import Served, serve
 from toolstream.chat import ChatApp
+from toolstream.testing import sse_data as chunks
 
 pytestmark = pytest.mark.timeout(120)
 
 API = "/api/chat"
-
-
-def chunks(text: str) -> list[Any]:
-    """The data of every SSE frame of a response."""
-    out: list[Any] = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[6:]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
-
-
-def kinds(items: list[Any]) -> list[str]:
-    return [c["type"] if isinstance(c, dict) else c for c in items]
 
 
 def of(items: list[Any], kind: str) -> list[dict[str, Any]]:
@@ -55,30 +42,6 @@ def texts(items: list[Any]) -> list[str]:
         if isinstance(chunk, dict) and chunk["type"] == "text-delta":
             parts[chunk["id"]] = parts.get(chunk["id"], "") + chunk["delta"]
     return list(parts.values())
-
-
-def user(text: str, chat: str) -> dict[str, Any]:
-    return {
-        "id": chat,
-        "trigger": "submit-message",
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
-    }
-
-
-def decided(first: dict[str, Any], streamed: list[Any], approved: bool) -> dict[str, Any]:
-    """What useChat posts after addToolApprovalResponse (the assistant message, its tool
-    part approval-responded)."""
-    (asked,) = of(streamed, "tool-approval-request")
-    message_id = streamed[0]["messageId"]
-    part = {
-        "type": "tool-send_email",
-        "toolCallId": asked["toolCallId"],
-        "state": "approval-responded",
-        "input": {"to": "team@example.com"},
-        "approval": {"id": asked["approvalId"], "approved": approved},
-    }
-    assistant = {"id": message_id, "role": "assistant", "parts": [part]}
-    return {**first, "messageId": message_id, "messages": [*first["messages"], assistant]}
 
 
 def runs_of(bus: ts.EventBus, chat: str) -> list[ts.RunSnapshot]:
@@ -151,7 +114,7 @@ def test_an_approval_continues_the_same_message_and_a_retry_runs_nothing_again(
     assert kinds(streamed)[-4:] == ["tool-approval-request", "finish-step", "finish", "[DONE]"]
     assert of(streamed, "finish")[0]["finishReason"] == "tool-calls"
     assert texts(streamed) == ["I will email the team."]
-    reply = decided(first, streamed, approved)
+    reply = approval_reply(first, streamed, approved)
     more = chunks(http.post("/", json=reply).text)
     assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
     assert "tool-input-start" not in kinds(more), "the call the client holds is not sent again"
@@ -326,7 +289,7 @@ def test_another_gateway_process_continues_the_turn(
                 "finish",
                 "[DONE]",
             ]
-            reply = decided(first, streamed, True)
+            reply = approval_reply(first, streamed, True)
             more = chunks(http.post(urls[1] + API, json=reply).text)
             assert more[0] == {"type": "start", "messageId": streamed[0]["messageId"]}
             assert texts(more) == ["Sent."]

@@ -27,6 +27,7 @@ from tests.integration_checks import (
     events_of,
     import_error_names_the_extra,
     types_of,
+    words,
 )
 from toolstream import dialects
 from toolstream.dialects import Encoder
@@ -257,22 +258,6 @@ def test_without_the_framework_the_import_error_names_the_extra() -> None:
     )
 
 
-def words(bus: ts.EventBus) -> list[tuple[str, str]]:
-    """Each message's (kind, text) and each call's first event, in bus order."""
-    out: list[tuple[str, str]] = []
-    for event in events_of(bus):
-        if isinstance(event, ts.MessageDelta):
-            if out and out[-1][0] == event.kind:
-                out[-1] = (event.kind, out[-1][1] + event.text)
-            else:
-                out.append((event.kind, event.text))
-        elif isinstance(event, ts.MessageFinished):
-            out.append(("end", ""))
-        elif isinstance(event, ts.ToolCreated):
-            out.append(("call", event.call_id))
-    return out
-
-
 @pytest.mark.parametrize("messages", [True, False])
 async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
     bus = ts.EventBus()
@@ -295,9 +280,9 @@ async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
     assert words(bus) == [
         ("reasoning", "The user wants a search. "),
         ("text", "Searching now."),
-        ("end", ""),
-        ("call", "call_w"),
+        ("message.finished", ""),
+        ("tool.created", "call_w"),
         ("text", "Found it."),
-        ("end", ""),
+        ("message.finished", ""),
     ]
     assert_lifecycle(events_of(bus), compare=bus.compare)

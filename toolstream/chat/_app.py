@@ -428,19 +428,7 @@ class ChatApp:
         """Stream ``run`` for a continuation: replayed from its start; with ``prime``,
         the part up to (and with) the requests of those approvals is what the client
         has already, and only what follows it is sent."""
-        if run.first_event_id is not None:
-            sub = self.bus.resume(
-                session=chat.session,
-                run=run.run_id,
-                after=run.first_event_id,
-                at=True,
-                buffer=self.buffer,
-            )
-        else:
-            sub = self.bus.subscribe(
-                session=chat.session, run=run.run_id, snapshot=True, buffer=self.buffer
-            )
-        await serving.prepared(sub)
+        sub = await self._whole_run(chat.session, run)
         dialect = self._dialect()
         if isinstance(dialect, AGUI):
             dialect.continuation_id = chat.run_id
@@ -471,6 +459,23 @@ class ChatApp:
         headers = serving.stream_headers(dialect)
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"".join(body)})
+
+    async def _whole_run(self, session: str, run: RunSnapshot) -> Subscription[Any]:
+        """A subscription to ``run`` from its ``run.started`` (from its snapshot when the
+        bus no longer holds its start), then live, to its end."""
+        if run.first_event_id is not None:
+            sub = self.bus.resume(
+                session=session,
+                run=run.run_id,
+                after=run.first_event_id,
+                at=True,
+                buffer=self.buffer,
+            )
+        else:
+            sub = self.bus.subscribe(
+                session=session, run=run.run_id, snapshot=True, buffer=self.buffer
+            )
+        return await serving.prepared(sub)
 
     async def _snapshot(self, session: str) -> Snapshot:
         """The session's state: read without blocking the loop on a broker bus."""
@@ -522,19 +527,7 @@ class ChatApp:
                 await send({"type": "http.response.start", "status": 204, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
                 return
-            if run.first_event_id is not None:
-                sub = self.bus.resume(
-                    session=session,
-                    run=run.run_id,
-                    after=run.first_event_id,
-                    at=True,
-                    buffer=self.buffer,
-                )
-            else:
-                sub = self.bus.subscribe(
-                    session=session, run=run.run_id, snapshot=True, buffer=self.buffer
-                )
-            await serving.prepared(sub)
+            sub = await self._whole_run(session, run)
         except (BusUnavailable, BusClosed) as exc:
             await serving.unavailable(send, exc)
             return
