@@ -140,6 +140,29 @@ async def test_a_snapshot_touch_expires_an_overdue_approval() -> None:
     assert call.state is ts.CallState.DENIED and call.decided_by == "timeout"
 
 
+async def test_a_replayed_decision_learns_the_winner_for_the_newest_max_resolved() -> None:
+    """EventBus keeps the newest ``max_resolved`` resolutions: a replay on one of them
+    gets ApprovalAlreadyResolved (409) with the winner; on an older one ApprovalNotFound
+    (404), never a second decision."""
+    bus = ts.EventBus(max_resolved=3)
+    tracker = ts.Tracker(bus, "s")
+    ids = [tracker.create("send", call_id=f"c{i}").await_approval() for i in range(5)]
+    for approval_id in ids:
+        await bus.resolve_approval("s", approval_id, approved=False, by="alice")
+    for approval_id in ids[:2]:
+        with pytest.raises(ts.ApprovalNotFound):
+            await bus.resolve_approval("s", approval_id, approved=True, by="mallory")
+    for approval_id in ids[2:]:
+        with pytest.raises(ts.ApprovalAlreadyResolved) as late:
+            await bus.resolve_approval("s", approval_id, approved=True, by="mallory")
+        assert late.value.resolution.by == "alice"
+    assert types_of(bus).count("tool.approval.resolved") == 5
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="max_resolved"):
+            ts.EventBus(max_resolved=bad)  # type: ignore[arg-type]
+    tracker.close()
+
+
 async def test_exactly_one_of_many_concurrent_decisions_wins() -> None:
     bus = ts.EventBus()
     for _ in range(20):
