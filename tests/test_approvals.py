@@ -387,6 +387,76 @@ async def test_the_view_and_a_reset_carry_the_pending_approval() -> None:
     tracker.close()
 
 
+async def test_a_reset_shows_an_approval_as_it_stands_before_the_call_goes_on() -> None:
+    """Approved through ``await_approval`` and not yet adopted: the snapshot, a reset and
+    the run-framed dialects show the request and its decision (not a bare call awaiting
+    an approval that is gone); once the call ends, nothing is left to show."""
+    from toolstream.dialects import AGUI, AISDK, Encoder, Hermes
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    run = tracker.run(run_id="turn-1").start()
+    handle = tracker.create("send_email", call_id="c1", run_id="turn-1")
+    handle.ready({"to": "team@example.com"})
+    approval_id = handle.await_approval("Sends mail")
+    await bus.resolve_approval("s", approval_id, approved=True, by="alice", reason="fine")
+    (call,) = bus.snapshot("s").calls
+    assert call.state is ts.CallState.AWAITING_APPROVAL and call.approval is None
+    assert call.decided == ts.DecidedApproval(
+        approval_id=approval_id,
+        approved=True,
+        by="alice",
+        reason="fine",
+        request_reason="Sends mail",
+    )
+    reset = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert isinstance(reset, ts.StreamReset) and ts.from_dict(ts.to_dict(reset)) == reset
+    ai_sdk = [f.message.payload for f in Encoder(AISDK()).encode(reset)]
+    assert [m["type"] for m in ai_sdk if isinstance(m, dict)][-4:] == [
+        "tool-input-start",
+        "tool-input-available",
+        "tool-approval-request",
+        "tool-approval-response",
+    ]
+    assert ai_sdk[-2] == {
+        "type": "tool-approval-request",
+        "approvalId": approval_id,
+        "toolCallId": "c1",
+        "reason": "Sends mail",
+    }
+    assert ai_sdk[-1] == {
+        "type": "tool-approval-response",
+        "approvalId": approval_id,
+        "approved": True,
+        "reason": "fine",
+    }
+    agui = [f.message.payload for f in Encoder(AGUI()).encode(reset)]
+    resolved = [m for m in agui if isinstance(m, dict) and m["type"] == "CUSTOM"]
+    assert [m["name"] for m in resolved] == ["toolstream.tool.approval.resolved"]
+    assert resolved[0]["value"] == {
+        "toolCallId": "c1",
+        "approvalId": approval_id,
+        "approved": True,
+        "by": "alice",
+        "reason": "fine",
+    }
+    assert not any(m["type"] == "RUN_FINISHED" for m in agui if isinstance(m, dict))
+    hermes = [f.message.payload for f in Encoder(Hermes()).encode(reset)]
+    assert [(m["type"], m.get("approved")) for m in hermes if isinstance(m, dict)] == [
+        ("hermes.approval", None),
+        ("hermes.approval.resolved", True),
+    ]
+    # The run that goes on adopts the call; it ends and nothing is pending or decided.
+    async with tracker.call("send_email", call_id="c1") as adopted:
+        assert bus.snapshot("s").calls[0].decided is not None  # still as it stands
+        adopted.complete({"sent": True})
+    run.finish()
+    (call,) = bus.snapshot("s").calls
+    assert call.state is ts.CallState.COMPLETED and call.decided is None
+    assert call.decided_by == "alice"
+    tracker.close()
+
+
 async def test_a_session_with_a_pending_approval_is_not_forgotten() -> None:
     now = [1000.0]
     bus = ts.EventBus(clock=lambda: now[0], session_ttl=10)

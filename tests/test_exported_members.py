@@ -10,6 +10,7 @@ import toolstream as ts
 
 PUBLIC = {
     "PendingApproval",
+    "DecidedApproval",
     "Decision",
     "ApprovalResolved",
     "ApprovalRequested",

@@ -36,6 +36,7 @@ from ._core.events import BatchPhase as BatchPhase
 from ._core.events import BatchSnapshot as BatchSnapshot
 from ._core.events import CallSnapshot as CallSnapshot
 from ._core.events import CallState as CallState
+from ._core.events import DecidedApproval as DecidedApproval
 from ._core.events import ErrorInfo as ErrorInfo
 from ._core.events import Event as Event
 from ._core.events import JSONValue as JSONValue
@@ -127,6 +128,7 @@ __all__ = [
     "Overflow",
     "PayloadPolicy",
     "PendingApproval",
+    "DecidedApproval",
     "Principal",
     "ProviderStreamError",
     "RequestInfo",

@@ -270,20 +270,24 @@ class AISDK(RunFramedDialect):
             out += self._approval_request(call, event.approval_id, event.reason)
         elif isinstance(event, ApprovalResolved):
             if call.approval == event.approval_id:
-                call.approval = None
-                out.append(
-                    self._msg(
-                        "tool-approval-response",
-                        approvalId=event.approval_id,
-                        approved=event.approved,
-                        reason=event.reason,
-                    )
+                out += self._approval_response(
+                    call, event.approval_id, event.approved, event.reason
                 )
         elif isinstance(event, ToolDenied):
             out += self._available(call, None)
             out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
             frame.finish(call.call_id)
         return out
+
+    def _approval_response(
+        self, call: CallMemory, approval_id: str, approved: bool, reason: str | None
+    ) -> list[WireMessage]:
+        call.approval = None
+        return [
+            self._msg(
+                "tool-approval-response", approvalId=approval_id, approved=approved, reason=reason
+            )
+        ]
 
     def _approval_request(
         self, call: CallMemory, approval_id: str, reason: str | None
@@ -318,6 +322,14 @@ class AISDK(RunFramedDialect):
             pending = snap.approval
             if pending is not None and call.approval != pending.approval_id:
                 out += self._approval_request(call, pending.approval_id, pending.reason)
+            decided = snap.decided
+            if pending is None and decided is not None:
+                # Decided, and the call not yet gone on (or gone on from inside): the
+                # request and its decision, as a client that watched saw them.
+                out += self._approval_request(call, decided.approval_id, decided.request_reason)
+                out += self._approval_response(
+                    call, decided.approval_id, decided.approved, decided.reason
+                )
         return out
 
     def encode(self, event: Event) -> list[WireMessage]:
