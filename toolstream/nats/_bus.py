@@ -28,7 +28,7 @@ import attrs
 from typing_extensions import Self
 
 from toolstream._core.approvals import Decision, check_decision
-from toolstream._core.broker import SessionState, retry_until, stop_task
+from toolstream._core.broker import SessionState, expire_due, retry_until, stop_task
 from toolstream._core.build import prepare
 from toolstream._core.errors import BusClosed, BusUnavailable
 from toolstream._core.events import (
@@ -720,13 +720,26 @@ class NatsBus:
         """The session's calls, runs and batches as they stand, read from NATS plus this
         process's events not yet written (the async form of :meth:`snapshot`)."""
         _require_asyncio("fetch_snapshot()")
-        state = await retry_until(
-            lambda: self._reader.read_state(session),
-            RETRYABLE,
-            time.monotonic() + self.connect_timeout,
-            f"NATS at {self._where}",
-        )
+
+        async def read() -> SessionState:
+            return await retry_until(
+                lambda: self._reader.read_state(session),
+                RETRYABLE,
+                time.monotonic() + self.connect_timeout,
+                f"NATS at {self._where}",
+            )
+
+        state = await read()
+        if await self._expire_due(session, state):
+            state = await read()
         return self._snapshot_of(session, state, run)
+
+    async def _expire_due(self, session: str, state: SessionState) -> bool:
+        """Resolve by ``"timeout"`` the approvals of ``state`` past their expiry (a
+        snapshot or a subscription's start touches them); True if there were any."""
+        return await expire_due(
+            state, self._clock(), lambda approval_id: self._arbiter.decision(session, approval_id)
+        )
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand now.
@@ -739,12 +752,24 @@ class NatsBus:
             async def kv_of(bucket: str) -> KeyValue:
                 return kv_handle(js, bucket)
 
-            return await retry_until(
-                lambda: self._reader.state_with(js, session, None, kv_of),
-                RETRYABLE,
-                time.monotonic() + self.connect_timeout,
-                f"NATS at {self._where}",
-            )
+            async def js_of() -> JetStreamContext:
+                return js
+
+            async def state() -> SessionState:
+                return await retry_until(
+                    lambda: self._reader.state_with(js, session, None, kv_of),
+                    RETRYABLE,
+                    time.monotonic() + self.connect_timeout,
+                    f"NATS at {self._where}",
+                )
+
+            got = await state()
+            # Approvals past their expiry are touched: resolved by timeout (on this
+            # thread's connection), then the session is read again.
+            arbiter = NatsArbiter(self, kv_of=kv_of, js_of=js_of)
+            if await expire_due(got, self._clock(), lambda aid: arbiter.decision(session, aid)):
+                got = await state()
+            return got
 
         return self._snapshot_of(session, self._in_thread(read), run)
 

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toolstream._core.broker import BrokerStart, FedSubscription, retry_until
+from toolstream._core.broker import BrokerStart, FedSubscription, SessionState, retry_until
 from toolstream._core.events import Event, StreamReset
 from toolstream._core.ids import make_id
 from toolstream._core.snapshots import bound_snapshot
@@ -71,19 +71,31 @@ class RedisSubscription(FedSubscription[E_co]):
             await bus._settle(self._barrier, deadline)
         except TimeoutError:
             pass  # Redis is away: the read below says so
-        state = await retry_until(
-            lambda: bus._read_state(self.session or ""),
-            RETRYABLE,
-            deadline,
-            f"Redis at {redact_url(bus.url)}",
+
+        async def read() -> SessionState:
+            return await retry_until(
+                lambda: bus._read_state(self.session or ""),
+                RETRYABLE,
+                deadline,
+                f"Redis at {redact_url(bus.url)}",
+            )
+
+        state = await read()
+        request = self._request
+        expired = (request.snapshot or request.after is not None) and await bus._expire_due(
+            self.session or "", state
         )
+        if expired:
+            # An approval past its expiry was resolved now: the start (a reset) shows it
+            # resolved, rather than pending with its resolution delivered just after.
+            state = await read()
         self._epoch = state.epoch
         self._incarnation = state.incarnation
         self._entry = seq_entry(state.last)
         return BrokerStart(
             epoch=state.epoch,
             retained=state.retained(),
-            live_seq=min(state.last, self._since),
+            live_seq=state.last if expired else min(state.last, self._since),
             last_seq=state.last,
         )
 
