@@ -286,8 +286,10 @@ async def test_the_chat_id_in_the_path_is_the_one_the_client_encoded(
     stop = await client.post(f"{API}/x%2541/stop")
     assert stop.json() == {"session": "x%41", "stopped": [run_of["x%41"]]}
     assert bus.snapshot("xA").runs[0].state == "running"
-    # Bytes that are not UTF-8 once decoded are no chat id.
+    # Bytes that are not UTF-8 once decoded are no chat id; nor is one past the bound.
     assert (await client.get(f"{API}/%FF/stream")).status_code == 400
+    too_long = await client.post(f"{API}/{'x' * 1025}/stop")
+    assert too_long.status_code == 400 and "1024 bytes" in too_long.text
 
 
 async def test_shutdown_ends_the_responses_and_cancels_the_turns(

@@ -17,6 +17,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from toolstream import (
+    MAX_ID_BYTES,
     ApprovalRequested,
     ApprovalResolved,
     Bus,
@@ -503,7 +504,12 @@ class ChatApp:
         except UnicodeError:
             session = ""
         if not serving.valid_session(session):
-            await serving.respond(send, 400, "the chat id must be valid text", code="invalid")
+            await serving.respond(
+                send,
+                400,
+                f"the chat id must be valid text of at most {MAX_ID_BYTES} bytes",
+                code="invalid",
+            )
             return None
         principal = await self._admit(request, session, send)
         return None if principal is None else (session, principal)

@@ -252,9 +252,13 @@ class NatsBus:
 
     # -- connecting and creating what is missing --------------------------------------------
 
-    async def _connect(self, *, main: bool) -> NatsClient:
+    async def _connect(self, *, main: bool, closed: asyncio.Event | None = None) -> NatsClient:
         async def quiet(exc: Exception) -> None:
             logger.debug("NATS: %s", exc)
+
+        async def gone() -> None:
+            if closed is not None:
+                closed.set()
 
         async def reconnected() -> None:
             self._epoch_stale = True
@@ -274,6 +278,7 @@ class NatsBus:
             pending_size=0,  # never buffer while reconnecting: the caller retries
             error_cb=quiet,
             reconnected_cb=reconnected if main else None,
+            closed_cb=gone if closed is not None else None,
         )
 
     def _in_thread(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
@@ -468,37 +473,58 @@ class NatsBus:
         self._tasks = [loop.create_task(self._main(), name="toolstream-nats")]
 
     async def _main(self) -> None:
-        """Connect (retrying), then run the flusher and the lease task."""
-        delay = 0.1
-        while True:
-            try:
-                nc = await self._connect(main=True)
-                break
-            except Exception as exc:
-                logger.warning("cannot reach NATS at %s (%s); retrying", self._where, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        self._nc = nc
-        self._js = nc.jetstream(timeout=self.request_timeout)
-        self._pipeline = Pipeline(nc)
-        self._epoch_stale = True
+        """Connect (retrying), run the flusher and the lease task, and connect again
+        whenever the connection is closed for good: nats-py reconnects after a network
+        failure, but closes the connection when the server answers ``-ERR`` (a control
+        line over its limit, a permission...), and a bus must never stay dead — the
+        outbox waits and is written once the new connection is up."""
         up = self._up
         assert up is not None
-        up.set()
         loop = asyncio.get_running_loop()
-        flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
-        tasks = [
-            loop.create_task(flusher, name="toolstream-nats-flusher"),
-            loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
-        ]
+        tasks: list[asyncio.Task[None]] = []
+        nc: NatsClient | None = None
         try:
-            await asyncio.gather(*tasks)
+            while True:
+                closed = asyncio.Event()
+                delay = 0.1
+                while True:
+                    try:
+                        nc = await self._connect(main=True, closed=closed)
+                        break
+                    except Exception as exc:
+                        logger.warning("cannot reach NATS at %s (%s); retrying", self._where, exc)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 2.0)
+                self._nc = nc
+                self._js = nc.jetstream(timeout=self.request_timeout)
+                self._pipeline = Pipeline(nc)
+                self._kv.clear()
+                self._epoch_stale = True
+                if tasks:  # a connection made again: what waits on the old one moves on
+                    self._generation += 1
+                    event, self._reconnected = self._reconnected, asyncio.Event()
+                    event.set()
+                    logger.warning("NATS connection made again after it was closed")
+                up.set()
+                if not tasks:
+                    flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
+                    tasks = [
+                        loop.create_task(flusher, name="toolstream-nats-flusher"),
+                        loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
+                    ]
+                await closed.wait()
+                up.clear()
+                self._pipeline.fail(nats.errors.ConnectionClosedError())
+                logger.warning(
+                    "NATS connection closed (%s); connecting again", nc.last_error or "no reason"
+                )
         finally:
             for task in tasks:
                 await stop_task(task)
             # The connection belongs to this task: a bus started again (another loop, or
             # after its tasks were stopped) makes a new one.
-            await asyncio.shield(nc.close())
+            if nc is not None:
+                await asyncio.shield(nc.close())
 
     async def __aenter__(self) -> Self:
         await self.start()
