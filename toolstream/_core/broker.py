@@ -203,6 +203,22 @@ class FedSubscription(Subscription[E_co]):
 
     # -- starting ----------------------------------------------------------------------
 
+    async def _read_touched(
+        self,
+        read: Callable[[], Awaitable[SessionState]],
+        expire: Callable[[SessionState], Awaitable[bool]],
+    ) -> tuple[SessionState, bool]:
+        """The session as ``read`` gives it, its approvals past their expiry touched
+        first when the subscription starts with a snapshot or from a cursor (as on
+        ``EventBus``): ``(state, True)`` when ``expire`` resolved any — the session is
+        then read again, and the start (a reset) shows them resolved rather than pending
+        with their resolutions delivered just after."""
+        state = await read()
+        request = self._request
+        if (request.snapshot or request.after is not None) and await expire(state):
+            return await read(), True
+        return state, False
+
     async def prepare(self) -> None:
         """Read where the subscription starts from the broker and start its reader.
         ``BusUnavailable`` if the broker cannot be reached in time."""

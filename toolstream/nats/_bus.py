@@ -483,6 +483,7 @@ class NatsBus:
         loop = asyncio.get_running_loop()
         tasks: list[asyncio.Task[None]] = []
         nc: NatsClient | None = None
+        watch: asyncio.Task[Any] | None = None
         try:
             while True:
                 closed = asyncio.Event()
@@ -512,13 +513,23 @@ class NatsBus:
                         loop.create_task(flusher, name="toolstream-nats-flusher"),
                         loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
                     ]
-                await closed.wait()
+                # Until the connection is closed for good, or a task ends (they never do
+                # on their own: an error in one ends this task, which a publish restarts).
+                watch = loop.create_task(closed.wait())
+                done, _ = await asyncio.wait([watch, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                if watch not in done:
+                    watch.cancel()
+                    for task in done:
+                        task.result()
+                    return
                 up.clear()
                 self._pipeline.fail(nats.errors.ConnectionClosedError())
                 logger.warning(
                     "NATS connection closed (%s); connecting again", nc.last_error or "no reason"
                 )
         finally:
+            if watch is not None:
+                watch.cancel()
             for task in tasks:
                 await stop_task(task)
             # The connection belongs to this task: a bus started again (another loop, or

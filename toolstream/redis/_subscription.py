@@ -80,15 +80,9 @@ class RedisSubscription(FedSubscription[E_co]):
                 f"Redis at {redact_url(bus.url)}",
             )
 
-        state = await read()
-        request = self._request
-        expired = (request.snapshot or request.after is not None) and await bus._expire_due(
-            self.session or "", state
+        state, expired = await self._read_touched(
+            read, lambda state: bus._expire_due(self.session or "", state)
         )
-        if expired:
-            # An approval past its expiry was resolved now: the start (a reset) shows it
-            # resolved, rather than pending with its resolution delivered just after.
-            state = await read()
         self._epoch = state.epoch
         self._incarnation = state.incarnation
         self._entry = seq_entry(state.last)
