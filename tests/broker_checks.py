@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import toolstream as ts
-from tests.servers import take
+from tests.servers import asgi_get, take
 from toolstream.testing import assert_lifecycle
 
 MakeBus = Callable[..., Any]
@@ -379,5 +379,83 @@ async def approval_expiring_during_an_outage(make: MakeBus, server: Server) -> N
         events = await _call_events(bus, 4)
         assert [e.type for e in events] == [*_ASKED, "tool.denied"], events
         tracker.close()
+    finally:
+        await bus.aclose()
+
+
+async def names_past_the_bound_never_reach_the_broker(make: MakeBus) -> None:
+    """An identifier a client or an agent chooses works at any length or is refused
+    where it enters: a session past ``MAX_ID_BYTES`` gets 400 from ``SSEApp`` and
+    ``IdTooLong`` from the API; an approval id of any length is looked up (not found)
+    and a snapshot of any name read (empty). The bus goes on serving every session: no
+    long name reached the broker's subjects or keys (a NATS server closes the
+    connection on a control line past 4,096 bytes)."""
+    from toolstream.sse import SSEApp
+
+    long = "x" * 5000
+    bus = make()
+    try:
+        await bus.start()
+        app = SSEApp(bus)
+        status, body = await asgi_get(app, f"/?session={long}")
+        assert status == 400, body
+        with pytest.raises(ts.IdTooLong):
+            ts.Tracker(bus, long)
+        with pytest.raises(ts.IdTooLong):
+            bus.subscribe(session=long, snapshot=True)
+        with pytest.raises(ts.IdTooLong):
+            bus.publish(ts.ToolStarted, session="ok", call_id=long, tool="t")
+        for approval_id in (long, "é" * 3000):
+            with pytest.raises(ts.ApprovalNotFound):
+                await bus.resolve_approval("ok", approval_id, approved=True, by="mallory")
+            with pytest.raises(ts.ApprovalNotFound):
+                await bus.decision("ok", approval_id)
+        assert (await bus.fetch_snapshot(long)).calls == ()
+        assert bus.snapshot(long).calls == ()
+        # Every other session is served as before, and what trackers publish is written.
+        status, body = await asgi_get(app, "/?session=ok")
+        assert status == 200, body
+        assert b"stream.reset" in body
+        async with bus.subscribe(session="ok", snapshot=True) as sub:
+            tracker = ts.Tracker(bus, "ok")
+            async with tracker.call("search", {}) as call:
+                call.complete(1)
+            await tracker.aclose()
+            await bus.flush(timeout=10)
+            got = await take(sub, 3)
+        assert [e.type for e in got] == ["stream.reset", "tool.started", "tool.completed"]
+        assert bus.stats.dropped == 0
+    finally:
+        await bus.aclose()
+
+
+async def braces_and_hash_tags_in_names_stay_in_their_session(make: MakeBus) -> None:
+    """Session names holding braces (what a Redis Cluster reads as a hash tag), colons
+    and dots: each session's events, snapshot and approvals are its own, every script
+    runs (no cross-slot error on a cluster)."""
+    names = ["{x}", "a}b{c", "}", "{", "{}", "x}{y}", "{ok}:s", "p.q*>"]
+    bus = make()
+    try:
+        await bus.start()
+        for name in names:
+            async with bus.subscribe(session=name, snapshot=True) as sub:
+                tracker = ts.Tracker(bus, name)
+                approval_id = tracker.create("send", call_id=f"c{name}").await_approval("ok?")
+                await bus.flush(timeout=10)
+                await bus.resolve_approval(name, approval_id, approved=False, by="alice")
+                tracker.close()
+                got = await take(sub, 6)
+            assert [e.type for e in got] == [
+                "stream.reset",
+                "tool.created",
+                "tool.ready",
+                "tool.approval.requested",
+                "tool.approval.resolved",
+                "tool.denied",
+            ], (name, got)
+            assert {e.session for e in got} == {name}
+        for name in names:
+            snap = await bus.fetch_snapshot(name)
+            assert [(c.call_id, c.state.value) for c in snap.calls] == [(f"c{name}", "denied")]
     finally:
         await bus.aclose()

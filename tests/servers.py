@@ -115,3 +115,48 @@ async def take(sub: Any, count: int, within: float = 10.0) -> list[Any]:
             if len(out) >= count:
                 break
     return out
+
+
+async def asgi_get(app: Any, target: str, *, within: float = 10.0) -> tuple[int, bytes]:
+    """GET ``target`` (path and query) from an ASGI ``app`` in this event loop: the
+    status and the first body the app sends (a stream's first frames), then the client
+    goes away. For a bus that must live in the test's own loop (a broker bus)."""
+    path, _, query = target.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"test")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    status = 0
+    body = b""
+    answered = anyio.Event()
+    gone = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, body
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            body += message.get("body", b"")
+            if body or not message.get("more_body"):
+                answered.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(app, scope, receive, send)
+        with anyio.fail_after(within):
+            await answered.wait()
+        gone.set()
+    return status, body

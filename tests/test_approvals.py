@@ -140,6 +140,29 @@ async def test_a_snapshot_touch_expires_an_overdue_approval() -> None:
     assert call.state is ts.CallState.DENIED and call.decided_by == "timeout"
 
 
+async def test_a_replayed_decision_learns_the_winner_for_the_newest_max_resolved() -> None:
+    """EventBus keeps the newest ``max_resolved`` resolutions: a replay on one of them
+    gets ApprovalAlreadyResolved (409) with the winner; on an older one ApprovalNotFound
+    (404), never a second decision."""
+    bus = ts.EventBus(max_resolved=3)
+    tracker = ts.Tracker(bus, "s")
+    ids = [tracker.create("send", call_id=f"c{i}").await_approval() for i in range(5)]
+    for approval_id in ids:
+        await bus.resolve_approval("s", approval_id, approved=False, by="alice")
+    for approval_id in ids[:2]:
+        with pytest.raises(ts.ApprovalNotFound):
+            await bus.resolve_approval("s", approval_id, approved=True, by="mallory")
+    for approval_id in ids[2:]:
+        with pytest.raises(ts.ApprovalAlreadyResolved) as late:
+            await bus.resolve_approval("s", approval_id, approved=True, by="mallory")
+        assert late.value.resolution.by == "alice"
+    assert types_of(bus).count("tool.approval.resolved") == 5
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="max_resolved"):
+            ts.EventBus(max_resolved=bad)  # type: ignore[arg-type]
+    tracker.close()
+
+
 async def test_exactly_one_of_many_concurrent_decisions_wins() -> None:
     bus = ts.EventBus()
     for _ in range(20):
@@ -361,6 +384,78 @@ async def test_the_view_and_a_reset_carry_the_pending_approval() -> None:
         view.apply(event)
     assert view.calls["c1"].state is ts.CallState.DENIED
     assert view.calls["c1"].approval is None and view.calls["c1"].decided_by == "alice"
+    tracker.close()
+
+
+async def test_a_reset_shows_an_approval_as_it_stands_before_the_call_goes_on() -> None:
+    """Approved through ``await_approval`` and not yet adopted: the snapshot, a reset and
+    the run-framed dialects show the request and its decision (not a bare call awaiting
+    an approval that is gone); once the call ends, nothing is left to show."""
+    from toolstream.dialects import AGUI, AISDK, Encoder, Hermes
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    run = tracker.run(run_id="turn-1").start()
+    handle = tracker.create("send_email", call_id="c1", run_id="turn-1")
+    handle.ready({"to": "team@example.com"})
+    approval_id = handle.await_approval("Sends mail")
+    await bus.resolve_approval("s", approval_id, approved=True, by="alice", reason="fine")
+    (call,) = bus.snapshot("s").calls
+    assert call.state is ts.CallState.AWAITING_APPROVAL and call.approval is None
+    assert call.decided == ts.DecidedApproval(
+        approval_id=approval_id,
+        approved=True,
+        by="alice",
+        reason="fine",
+        request_reason="Sends mail",
+    )
+    reset = bus.subscribe(session="s", snapshot=True).take_nowait()[0]
+    assert isinstance(reset, ts.StreamReset) and ts.from_dict(ts.to_dict(reset)) == reset
+    ai_sdk = [f.message.payload for f in Encoder(AISDK()).encode(reset)]
+    assert [m["type"] for m in ai_sdk if isinstance(m, dict)][-4:] == [
+        "tool-input-start",
+        "tool-input-available",
+        "tool-approval-request",
+        "tool-input-available",
+    ]
+    assert ai_sdk[-2] == {
+        "type": "tool-approval-request",
+        "approvalId": approval_id,
+        "toolCallId": "c1",
+        "reason": "Sends mail",
+    }
+    # Approved: the card goes "running" with the input that runs (no
+    # tool-approval-response, which ai 6 refuses).
+    assert ai_sdk[-1] == {
+        "type": "tool-input-available",
+        "toolCallId": "c1",
+        "toolName": "send_email",
+        "input": {"to": "team@example.com"},
+    }
+    agui = [f.message.payload for f in Encoder(AGUI()).encode(reset)]
+    resolved = [m for m in agui if isinstance(m, dict) and m["type"] == "CUSTOM"]
+    assert [m["name"] for m in resolved] == ["toolstream.tool.approval.resolved"]
+    assert resolved[0]["value"] == {
+        "toolCallId": "c1",
+        "approvalId": approval_id,
+        "approved": True,
+        "by": "alice",
+        "reason": "fine",
+    }
+    assert not any(m["type"] == "RUN_FINISHED" for m in agui if isinstance(m, dict))
+    hermes = [f.message.payload for f in Encoder(Hermes()).encode(reset)]
+    assert [(m["type"], m.get("approved")) for m in hermes if isinstance(m, dict)] == [
+        ("hermes.approval", None),
+        ("hermes.approval.resolved", True),
+    ]
+    # The run that goes on adopts the call; it ends and nothing is pending or decided.
+    async with tracker.call("send_email", call_id="c1") as adopted:
+        assert bus.snapshot("s").calls[0].decided is not None  # still as it stands
+        adopted.complete({"sent": True})
+    run.finish()
+    (call,) = bus.snapshot("s").calls
+    assert call.state is ts.CallState.COMPLETED and call.decided is None
+    assert call.decided_by == "alice"
     tracker.close()
 
 

@@ -144,11 +144,12 @@ def test_size_follows_the_payload_and_publish_counts_identifiers() -> None:
     _, nested = build({**base, "data": {"k": ["v" * 5000]}}, "a-1", 1.0)
     assert nested - small > 5000
     # Identifiers a tracker shares between events are not counted per event, but a
-    # caller of publish() may pass a fresh one each time: the window's budget holds.
-    bus = ts.EventBus(replay=10_000, replay_bytes=1_000_000)
+    # caller of publish() may pass a fresh one each time (up to MAX_ID_BYTES): the
+    # window's budget holds.
+    bus = ts.EventBus(replay=10_000, replay_bytes=50_000)
     for i in range(200):
-        bus.publish(ts.ToolProgress, session="s", call_id=f"{i:05d}" + "c" * 20_000, tool="t")
-    assert bus._bytes <= 1_000_000
+        bus.publish(ts.ToolProgress, session="s", call_id=f"{i:05d}" + "c" * 1000, tool="t")
+    assert bus._bytes <= 50_000
     assert len(bus._logs["s"].events) < 60
     assert approx_size({"message": "x" * 100}) == EVENT_OVERHEAD + 100
 

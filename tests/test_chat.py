@@ -330,6 +330,33 @@ async def test_stop_cancels_the_turn_and_a_chat_with_none_gets_404(
     assert kinds(streamed)[-4:] == ["abort", "finish-step", "finish", "[DONE]"]
 
 
+async def test_the_chat_id_in_the_path_is_the_one_the_client_encoded(
+    client: httpx.AsyncClient, bus: ts.EventBus
+) -> None:
+    """The AI SDK builds ``api + "/" + encodeURIComponent(chatId) + "/stream"``: the id
+    is decoded once, from its own segment, so a "/" or "%" in it stays in it (and
+    another chat is never resumed or stopped in its place)."""
+    for chat in ("a/b", "b", "xA", "x%41"):
+        streamed = chunks((await client.post(API, json=user("Email the team", chat=chat))).text)
+        assert kinds(streamed)[-1] == "[DONE]"
+    run_of = {chat: bus.snapshot(chat).runs[0].run_id for chat in ("a/b", "b", "xA", "x%41")}
+    for chat, path in (("a/b", "a%2Fb"), ("x%41", "x%2541"), ("xA", "xA")):
+        replay = chunks((await client.get(f"{API}/{path}/stream")).text)
+        assert replay[0] == {"type": "start", "messageId": run_of[chat]}, (chat, replay[:2])
+    stop = await client.post(f"{API}/a%2Fb/stop")
+    assert stop.status_code == 200
+    assert stop.json() == {"session": "a/b", "stopped": [run_of["a/b"]]}
+    await eventually(lambda: bus.snapshot("a/b").runs[0].state == "cancelled", within=5)
+    assert bus.snapshot("b").runs[0].state == "running"
+    stop = await client.post(f"{API}/x%2541/stop")
+    assert stop.json() == {"session": "x%41", "stopped": [run_of["x%41"]]}
+    assert bus.snapshot("xA").runs[0].state == "running"
+    # Bytes that are not UTF-8 once decoded are no chat id; nor is one past the bound.
+    assert (await client.get(f"{API}/%FF/stream")).status_code == 400
+    too_long = await client.post(f"{API}/{'x' * 1025}/stop")
+    assert too_long.status_code == 400 and "1024 bytes" in too_long.text
+
+
 async def test_shutdown_ends_the_responses_and_cancels_the_turns(
     client: httpx.AsyncClient, bus: ts.EventBus, app: ChatApp
 ) -> None:

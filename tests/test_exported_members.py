@@ -10,6 +10,7 @@ import toolstream as ts
 
 PUBLIC = {
     "PendingApproval",
+    "DecidedApproval",
     "Decision",
     "ApprovalResolved",
     "ApprovalRequested",
@@ -21,6 +22,8 @@ PUBLIC = {
     "ApprovalAlreadyResolved",
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_SECRET_PATTERNS",
+    "MAX_ID_BYTES",
+    "IdTooLong",
     "EVENT_TYPES",
     "ArgsRedactor",
     "Batch",

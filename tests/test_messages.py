@@ -9,10 +9,33 @@ from collections.abc import Iterator, Sequence
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolstream as ts
 from toolstream._core.subscription import coalesce
 from toolstream.testing import Recorder, assert_lifecycle
+
+# Pieces a model may stream: words, separators, and the parts of secrets.
+PIECES = [
+    "key ",
+    "sk-",
+    "proj-",
+    "4pTy6cHd8",
+    "fJs3gVa1eXqZ7",
+    "ghp_",
+    "0123456789abcdefghij",
+    "Bearer ",
+    "abcdefgh12345678",
+    "password=",
+    "hunter2hunter2",
+    " ",
+    ". ",
+    "\n",
+    "hmm",
+    "postgres://admin:",
+    "p4ss@db/x ",
+]
 
 
 @pytest.fixture
@@ -158,24 +181,96 @@ def test_secrets_split_across_deltas_are_redacted_in_text_and_reasoning(
     assert "abcdefghijkl" not in snap.text + snap.reasoning
 
 
-def test_a_switch_of_kind_ends_the_other_kinds_text(bus: ts.EventBus) -> None:
-    """As a provider's block ends: what the redactor held of the other kind goes out
-    (redacted as a whole text) at the switch, so reasoning is never published after the
-    answer that followed it."""
+def test_what_a_kind_holds_back_waits_for_that_kinds_next_text(bus: ts.EventBus) -> None:
+    """Each kind's text is one text for redaction: what the redactor of a kind holds
+    back (it may be the start of a secret) is published with that kind's next text, or
+    at the message's end (the newest kind's first), never cut off at a switch."""
     tracker = ts.Tracker(bus, "s")
     with tracker.message() as message:
         message.reasoning("I will answer")  # "answer" could still grow into a secret
         assert text_of(events_of(bus), "reasoning") == "I will "
         message.delta("Yes.")
         message.reasoning("Then more")
-    merged: list[tuple[str, str]] = []
-    for event in events_of(bus):
-        if isinstance(event, ts.MessageDelta):
-            if merged and merged[-1][0] == event.kind:
-                merged[-1] = (event.kind, merged[-1][1] + event.text)
-            else:
-                merged.append((event.kind, event.text))
-    assert merged == [("reasoning", "I will answer"), ("text", "Yes."), ("reasoning", "Then more")]
+        assert text_of(events_of(bus), "reasoning") == "I will answerThen "
+    deltas = [(e.kind, e.text) for e in events_of(bus) if isinstance(e, ts.MessageDelta)]
+    assert deltas == [
+        ("reasoning", "I will "),
+        ("reasoning", "answerThen "),
+        ("reasoning", "more"),
+        ("text", "Yes."),
+    ]
+
+
+KEY = "sk-proj-4pTy6cHd8fJs3gVa1eXqZ7"
+
+
+@pytest.mark.parametrize("cut", [9, 20])
+@pytest.mark.parametrize("first", ["text", "reasoning"])
+def test_a_secret_cut_by_the_other_kind_never_reaches_any_wire(
+    bus: ts.EventBus, first: str, cut: int
+) -> None:
+    """``delta("key " + KEY[:cut]); reasoning("hmm"); delta(KEY[cut:])`` (and the same
+    with the kinds swapped): no part of the key reaches the live deltas, the message's
+    snapshot, a reset taken between the pieces or after, or the AI SDK and AG-UI wires
+    (where a client joins the two pieces of one kind)."""
+    from toolstream import dialects
+    from toolstream.dialects import Encoder
+
+    tracker = ts.Tracker(bus, "s")
+    other = "reasoning" if first == "text" else "text"
+
+    def say(kind: str, text: str) -> None:
+        message.delta(text) if kind == "text" else message.reasoning(text)
+
+    resets: list[ts.Event] = []
+    with tracker.run("r1"):
+        message = tracker.message("m1")
+        say(first, "key " + KEY[:cut])
+        say(other, "hmm, ")
+        resets += bus.subscribe(session="s", snapshot=True).take_nowait()
+        say(first, KEY[cut:] + " done")
+        resets += bus.subscribe(session="s", snapshot=True).take_nowait()
+        message.finish()
+    events = events_of(bus)
+    assert text_of(events, first) == "key [redacted] done"
+    assert text_of(events, other) == "hmm, "
+    snap = bus.snapshot("s").messages[0]
+    assert (getattr(snap, first), getattr(snap, other)) == ("key [redacted] done", "hmm, ")
+    wires = [json.dumps([ts.to_dict(e) for e in [*events, *resets]])]
+    for name in ("ai_sdk", "agui"):
+        for stream in (events, [resets[0], *events], [resets[1], *events]):
+            encoder = Encoder(dialects.get(name))
+            frames = [f.message.payload for e in stream for f in encoder.encode(e)]
+            wires.append(json.dumps(frames))
+    for wire in wires:
+        for piece in (KEY[:cut], KEY[cut:], KEY[3:9], KEY[-9:]):
+            assert piece not in wire, (piece, wire[:600])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["text", "reasoning"]), st.sampled_from(PIECES)),
+        min_size=1,
+        max_size=24,
+    )
+)
+def test_each_kinds_text_is_redacted_as_one_text_however_the_kinds_interleave(
+    pieces: list[tuple[str, str]],
+) -> None:
+    """Property: the published text of each kind is exactly the whole-text redaction
+    of that kind's text, for any interleaving of the two kinds' pieces."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    with tracker.message() as message:
+        for kind, piece in pieces:
+            message.delta(piece) if kind == "text" else message.reasoning(piece)
+    events = events_of(bus)
+    policy = tracker.payload
+    for kind in ("text", "reasoning"):
+        whole = "".join(piece for k, piece in pieces if k == kind)
+        assert text_of(events, kind) == policy.patterns.redact(whole), (kind, pieces)
+    bus.close()
 
 
 def test_switching_kinds_keeps_the_order(bus: ts.EventBus) -> None:

@@ -15,7 +15,7 @@ import pytest
 import toolstream as ts
 from tests import broker_checks
 from tests.nats_server import NatsServer, require_nats
-from tests.servers import take
+from tests.servers import eventually, take
 from toolstream.testing import BusFactory, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
@@ -406,3 +406,42 @@ async def test_an_approval_request_written_during_a_read(nats_server: NatsServer
     await broker_checks.approval_request_written_during_a_read(
         partial(make_bus, nats_server), "_get"
     )
+
+
+async def test_names_past_the_bound_never_reach_nats(nats_server: NatsServer) -> None:
+    await broker_checks.names_past_the_bound_never_reach_the_broker(partial(make_bus, nats_server))
+
+
+async def test_braces_in_names_stay_in_their_session(nats_server: NatsServer) -> None:
+    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
+        partial(make_bus, nats_server)
+    )
+
+
+async def test_a_connection_the_server_closes_is_made_again_and_flushed(
+    nats_server: NatsServer,
+) -> None:
+    """nats-py does not reconnect a connection the server closed with ``-ERR`` (a
+    control line over its limit, a permission refused...): the bus connects again,
+    writes what waited in its outbox, and its subscriptions go on."""
+    bus = make_bus(nats_server)
+    try:
+        await bus.start()
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            assert isinstance((await take(sub, 1))[0], ts.StreamReset)
+            # Fault injection on the bus's own connection: any command the server refuses
+            # closes it; this one is the control line the issue's long names made.
+            nc = bus._nc
+            await nc.publish("probe." + "x" * 5000, b"")
+            await eventually(lambda: nc.is_closed, within=10)
+            tracker = ts.Tracker(bus, "s")
+            async with tracker.call("search", {"q": 1}) as call:
+                call.complete(1)
+            await tracker.aclose()
+            await bus.flush(timeout=20)
+            got = await take(sub, 2, within=20)
+        assert [e.type for e in got] == ["tool.started", "tool.completed"]
+        assert bus.stats.dropped == 0
+        assert (await bus.fetch_snapshot("s")).calls[0].state is ts.CallState.COMPLETED
+    finally:
+        await bus.aclose()

@@ -262,7 +262,14 @@ def test_planted_secrets_never_reach_any_event_dialect_or_reset(
         for a, b in itertools.pairwise(pieces):
             call.output_delta(free[a:b])
         call.output_partial(value)
+        # The agent's words: text and reasoning, each holding the secrets, interleaved
+        # piece by piece (each kind's text is one text for redaction).
+        message = tracker.message()
+        for a, b in itertools.pairwise(pieces):
+            message.delta(free[a:b])
+            message.reasoning(free[a:b])
         middle = bus.subscribe(session="s", snapshot=True).take_nowait()  # a page opened now
+        message.finish()
         call.complete(value)
         with tracker.call("other", value) as other:
             other.fail(RuntimeError(free))

@@ -432,3 +432,13 @@ async def test_an_approval_request_written_during_a_read(redis_server: RedisServ
     await broker_checks.approval_request_written_during_a_read(
         partial(make_bus, redis_server), "_run"
     )
+
+
+async def test_names_past_the_bound_never_reach_redis(redis_server: RedisServer) -> None:
+    await broker_checks.names_past_the_bound_never_reach_the_broker(partial(make_bus, redis_server))
+
+
+async def test_braces_in_names_stay_in_their_session(redis_server: RedisServer) -> None:
+    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
+        partial(make_bus, redis_server)
+    )

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 import toolstream as ts
+from tests import broker_checks
 from tests.redis_server import RedisClusterServers, require_redis
 from tests.servers import take
 from toolstream.redis import RedisBus
@@ -132,3 +133,13 @@ async def test_a_master_lost_mid_stream(tmp_path: Any) -> None:
     finally:
         await bus.aclose()
         cluster.stop()
+
+
+async def test_braces_and_hash_tags_in_names_on_a_cluster(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    def make() -> RedisBus:
+        return RedisBus(redis_cluster.url, prefix=f"t{uuid.uuid4().hex[:10]}")
+
+    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(make)
+    await broker_checks.names_past_the_bound_never_reach_the_broker(make)

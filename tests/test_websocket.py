@@ -133,6 +133,11 @@ def test_bad_input_gets_a_specific_error_and_the_socket_stays_open(server: Serve
         assert recv(ws) == {"op": "error", "code": "invalid", "message": "missing field 'session'"}
         send(ws, op="subscribe", session=42)
         assert recv(ws)["code"] == "invalid"
+        send(ws, op="subscribe", session="x" * 1025)  # past MAX_ID_BYTES
+        reply = recv(ws)
+        assert reply["code"] == "invalid" and "at most 1024 bytes" in reply["message"], reply
+        send(ws, op="subscribe", session="s", run="r" * 1025)
+        assert recv(ws)["code"] == "invalid"
         send(ws, op="subscribe", session="s", types=["tool.exploded"])
         assert recv(ws)["code"] == "invalid"
         send(ws, op="subscribe", session="s", dialect="klingon")

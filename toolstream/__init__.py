@@ -25,6 +25,7 @@ from ._core.errors import BusClosed as BusClosed
 from ._core.errors import BusUnavailable as BusUnavailable
 from ._core.errors import DialectError as DialectError
 from ._core.errors import EventDecodeError as EventDecodeError
+from ._core.errors import IdTooLong as IdTooLong
 from ._core.errors import LifecycleError as LifecycleError
 from ._core.errors import ProviderStreamError as ProviderStreamError
 from ._core.errors import SlowConsumer as SlowConsumer
@@ -36,6 +37,7 @@ from ._core.events import BatchPhase as BatchPhase
 from ._core.events import BatchSnapshot as BatchSnapshot
 from ._core.events import CallSnapshot as CallSnapshot
 from ._core.events import CallState as CallState
+from ._core.events import DecidedApproval as DecidedApproval
 from ._core.events import ErrorInfo as ErrorInfo
 from ._core.events import Event as Event
 from ._core.events import JSONValue as JSONValue
@@ -63,6 +65,7 @@ from ._core.events import ToolQueued as ToolQueued
 from ._core.events import ToolReady as ToolReady
 from ._core.events import ToolStarted as ToolStarted
 from ._core.handle import CallHandle as CallHandle
+from ._core.identifiers import MAX_ID_BYTES as MAX_ID_BYTES
 from ._core.message import MessageHandle as MessageHandle
 from ._core.payload import PayloadPolicy as PayloadPolicy
 from ._core.redaction import DEFAULT_SECRET_KEYS as DEFAULT_SECRET_KEYS
@@ -87,6 +90,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_SECRET_PATTERNS",
+    "MAX_ID_BYTES",
     "EVENT_TYPES",
     "ApprovalAlreadyResolved",
     "ApprovalDenied",
@@ -116,6 +120,7 @@ __all__ = [
     "EventBus",
     "EventDecodeError",
     "JSONValue",
+    "IdTooLong",
     "LifecycleError",
     "LiveView",
     "MessageDelta",
@@ -127,6 +132,7 @@ __all__ = [
     "Overflow",
     "PayloadPolicy",
     "PendingApproval",
+    "DecidedApproval",
     "Principal",
     "ProviderStreamError",
     "RequestInfo",

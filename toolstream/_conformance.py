@@ -672,6 +672,69 @@ async def check_approval_expires(factory: BusFactory) -> None:
         await bus.aclose()
 
 
+async def check_approval_expires_when_touched(factory: BusFactory) -> None:
+    """An approval nobody waits for expires when it is touched after its expiry: a
+    subscription's start (with a snapshot, or from a cursor) and a snapshot each show
+    the call denied by ``"timeout"`` — never still pending — and the stream holds one
+    resolution and one denial."""
+    from ._core.tracker import Tracker
+
+    bus = await _make(factory)
+    sessions = ("reset", "resume", "snapshot", "fetched")
+    try:
+        trackers = [Tracker(bus, session) for session in sessions]
+        ids = [t.create("send", call_id="c").await_approval(timeout=0.3) for t in trackers]
+        flush = getattr(bus, "flush", None)
+        if flush is not None:  # a broker-backed bus: the requests are written
+            await flush(timeout=_DEADLINE)
+        await anyio.sleep(0.6)  # past the expiry; nothing waits, nothing touched them
+
+        def denied(calls: tuple[Any, ...]) -> bool:
+            (call,) = calls
+            return (call.state.value, call.decided_by, call.approval) == (
+                "denied",
+                "timeout",
+                None,
+            )
+
+        async with bus.subscribe(session="reset", snapshot=True) as sub:
+            (reset,) = await _drain(sub, 1)
+        assert isinstance(reset, StreamReset), reset
+        assert denied(reset.snapshot.calls), reset
+        lifecycle = [
+            "tool.created",
+            "tool.ready",
+            "tool.approval.requested",
+            "tool.approval.resolved",
+            "tool.denied",
+        ]
+        async with bus.subscribe(session="resume", after=_first_id(bus)) as sub:
+            got = await _drain(sub, 5)
+        assert [e.type for e in got] == lifecycle, got
+        assert denied(bus.snapshot("snapshot").calls)
+        fetch = getattr(bus, "fetch_snapshot", None)
+        if fetch is not None:
+            assert denied((await fetch("fetched")).calls)
+        else:
+            assert denied(bus.snapshot("fetched").calls)
+        for session, tracker, approval_id in zip(sessions, trackers, ids, strict=True):
+            decision = await tracker.decision(approval_id)
+            assert (decision.approved, decision.by) == (False, "timeout"), decision
+            tracker.close()
+            with Tracker(bus, session) as marker:  # the end of what there is to read
+                marker.create("end", call_id="m").complete(None)
+            events: list[Event] = []
+            async with bus.subscribe(session=session, after=_first_id(bus)) as sub:
+                with anyio.fail_after(_DEADLINE):
+                    async for event in sub:
+                        events.append(event)
+                        if event.call_id == "m" and event.type == "tool.completed":
+                            break
+            assert [e.type for e in events if e.call_id == "c"] == lifecycle, (session, events)
+    finally:
+        await bus.aclose()
+
+
 async def check_approval_cancelled_while_waiting(factory: BusFactory) -> None:
     """A waiting call that is cancelled resolves its approval by ``"cancelled"`` and ends
     ``tool.cancelled``; a later decision gets ``ApprovalAlreadyResolved``."""
@@ -715,6 +778,7 @@ _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_approval_one_decision_wins,
     check_approval_denied_while_waiting,
     check_approval_expires,
+    check_approval_expires_when_touched,
     check_approval_cancelled_while_waiting,
 )
 

@@ -36,6 +36,7 @@ from toolstream import (
     StreamReset,
     Subscription,
 )
+from toolstream._core.identifiers import identifier_fits
 from toolstream._core.jsonenc import is_utf8
 from toolstream.dialects import Cursor, Dialect, DialectSpec, Encoder, resolve
 from toolstream.dialects._pump import FrameCache, Pump, WireFormat
@@ -103,8 +104,11 @@ def request_info(scope: Mapping[str, Any]) -> RequestInfo:
 
 
 def valid_session(session: object) -> bool:
-    """A session name a client may ask for: a non-empty string of valid text."""
-    return isinstance(session, str) and bool(session) and is_utf8(session)
+    """A session name (or another identifier) a client may ask for: a non-empty string
+    of valid text, at most ``MAX_ID_BYTES`` of UTF-8 (a broker could not carry more)."""
+    return (
+        isinstance(session, str) and bool(session) and is_utf8(session) and identifier_fits(session)
+    )
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -292,7 +292,18 @@ def test_peers_accept_a_stream_that_starts_with_a_reset() -> None:
         running.start({"cmd": "ls"})
         running.output_delta("partial output\n")
         t.create("done", call_id="c").complete(1)
+        # Approved through await_approval, not yet adopted by the run that goes on.
+        approved = t.create("send_email", call_id="d", run_id="r1")
+        approved.ready({"to": "team@example.com"})
+        approval_id = approved.await_approval("Sends mail")
+        session.bus.resolve_approval_now(t.session, approval_id, approved=True, by="alice")
         stream_from_reset = stream_frames(session.bus, name, None, closing=False)
+        if name == "ai_sdk":  # the same reset, ended where the run waits (a GET resume)
+            paused = dialects.get("ai_sdk")
+            reset = session.bus.subscribe(session=t.session, snapshot=True).take_nowait()
+            ended = paused.encode(reset[0]) + paused.pause()  # type: ignore[attr-defined]
+            messages = [m.payload if m.raw is None else {"$raw": m.raw} for m in ended]
+            cases.append({"name": "ai_sdk-paused", "dialect": name, "messages": messages})
         # ... and the rest of the run, live
         streaming.args_delta('yio"}')
         streaming.ready()
@@ -302,6 +313,12 @@ def test_peers_accept_a_stream_that_starts_with_a_reset() -> None:
         cases.append({"name": name, "dialect": name, "messages": wire(stream_from_reset)})
     results = run_node_checks(cases)
     assert all(r["ok"] for r in results), results
+    (waiting,) = [r for r in results if r["name"] == "ai_sdk-paused"]
+    parts = [p for m in waiting["messages"] for p in m["parts"] if p.get("toolCallId") == "d"]
+    # Approved and not yet run: "running" (input-available) with its request kept.
+    assert [(p["state"], p["approval"]["id"]) for p in parts] == [
+        ("input-available", approval_id)
+    ], waiting
 
 
 def test_get_and_resolve() -> None:

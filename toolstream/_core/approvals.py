@@ -38,7 +38,8 @@ TIMEOUT_BY: Final = "timeout"
 CANCELLED_BY: Final = "cancelled"
 #: Edited args are capped at this many bytes of JSON when the bus has no payload cap.
 DEFAULT_MAX_EDIT_BYTES: Final = 32 * 1024
-#: Resolved approvals remembered (so a late decision learns who won).
+#: Resolved approvals an in-memory bus remembers by default (so a late decision learns
+#: who won): ``EventBus(max_resolved=...)``.
 MAX_RESOLVED: Final = 10_000
 
 
@@ -174,9 +175,12 @@ def decision_of(event: ApprovalResolved, args: dict[str, Any] | None = None) -> 
 class ApprovalBook:
     """Pending and resolved approvals of an in-memory bus (guarded by the bus's lock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_resolved: int = MAX_RESOLVED) -> None:
         self.pending: dict[str, Asked] = {}
+        #: The newest ``max_resolved`` resolutions (older ones are forgotten: a decision
+        #: on one of them is answered as for an unknown id).
         self.resolved: OrderedDict[str, Resolved] = OrderedDict()
+        self.max_resolved = max_resolved
         self._per_session: dict[str, int] = {}
 
     def observe(self, event: Event) -> None:
@@ -212,7 +216,7 @@ class ApprovalBook:
         self.resolved[event.approval_id] = Resolved(
             session=event.session, event=event, decision=decision
         )
-        while len(self.resolved) > MAX_RESOLVED:
+        while len(self.resolved) > self.max_resolved:
             self.resolved.popitem(last=False)
 
     def lookup(self, session: str, approval_id: str) -> tuple[Asked | None, Resolved | None]:

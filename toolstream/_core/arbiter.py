@@ -33,10 +33,10 @@ class Arbiter:
     """The approvals of one :class:`~toolstream.EventBus` (see its ``resolve_approval``,
     ``decision`` and ``wait_decision`` for the contract)."""
 
-    def __init__(self, bus: EventBus) -> None:
+    def __init__(self, bus: EventBus, max_resolved: int) -> None:
         self.bus = bus
         #: Guarded by the bus's lock.
-        self.book = ApprovalBook()
+        self.book = ApprovalBook(max_resolved)
         # Held across a decision's check and its events (deciders take turns); taken
         # before the bus's lock, never while holding it.
         self._lock = threading.Lock()

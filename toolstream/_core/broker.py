@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .errors import BusUnavailable
+from .errors import ApprovalNotFound, BusUnavailable
 from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
     Event,
     StreamReset,
     ToolCancelled,
@@ -47,6 +49,8 @@ __all__ = [
     "BrokerStart",
     "FedSubscription",
     "SessionState",
+    "due_approvals",
+    "expire_due",
     "retry_until",
     "stop_task",
 ]
@@ -103,6 +107,42 @@ class SessionState:
             self.base,
             self.floor,
         )
+
+
+def due_approvals(state: SessionState, now: float) -> list[str]:
+    """Ids of the session's approvals still pending in ``state`` and past their expiry
+    at ``now`` (the checkpoint's open calls, then the events after it)."""
+    pending: dict[str, float | None] = {}
+    of_call: dict[str, str] = {}
+    for call in state.base.open_calls():
+        if call.approval is not None:
+            pending[call.approval.approval_id] = call.approval.expires_at
+            of_call[call.call_id] = call.approval.approval_id
+    for _, event in state.events:
+        if isinstance(event, ApprovalRequested):
+            pending[event.approval_id] = event.expires_at
+            of_call[event.call_id] = event.approval_id
+        elif isinstance(event, ApprovalResolved):
+            pending.pop(event.approval_id, None)
+        elif isinstance(event, ENDS_CALL):
+            pending.pop(of_call.pop(event.call_id, ""), None)
+    return [aid for aid, expires in pending.items() if expires is not None and now >= expires]
+
+
+async def expire_due(
+    state: SessionState, now: float, decide: Callable[[str], Awaitable[object]]
+) -> bool:
+    """Touch every approval of ``state`` past its expiry with ``decide(approval_id)`` (a
+    bus's ``decision``, which resolves an expired approval by ``"timeout"`` first), as
+    docs/approvals.md promises for a snapshot and a subscription's start. True when
+    there were any: the caller reads the session again."""
+    due = due_approvals(state, now)
+    for approval_id in due:
+        try:
+            await decide(approval_id)
+        except (ApprovalNotFound, BusUnavailable) as exc:  # gone meanwhile, or unreachable
+            logger.info("expiring approval %s skipped: %s", approval_id, exc)
+    return bool(due)
 
 
 async def retry_until(
@@ -162,6 +202,22 @@ class FedSubscription(Subscription[E_co]):
         raise NotImplementedError
 
     # -- starting ----------------------------------------------------------------------
+
+    async def _read_touched(
+        self,
+        read: Callable[[], Awaitable[SessionState]],
+        expire: Callable[[SessionState], Awaitable[bool]],
+    ) -> tuple[SessionState, bool]:
+        """The session as ``read`` gives it, its approvals past their expiry touched
+        first when the subscription starts with a snapshot or from a cursor (as on
+        ``EventBus``): ``(state, True)`` when ``expire`` resolved any — the session is
+        then read again, and the start (a reset) shows them resolved rather than pending
+        with their resolutions delivered just after."""
+        state = await read()
+        request = self._request
+        if (request.snapshot or request.after is not None) and await expire(state):
+            return await read(), True
+        return state, False
 
     async def prepare(self) -> None:
         """Read where the subscription starts from the broker and start its reader.

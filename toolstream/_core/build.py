@@ -33,6 +33,7 @@ import attrs
 
 from .codegen import compile_functions
 from .events import ENVELOPE, EVENT_TYPES, Event, StreamReset
+from .identifiers import MAX_ID_BYTES, check_identifier
 from .jsonenc import is_utf8
 
 __all__ = [
@@ -320,12 +321,15 @@ def plan_of(event_type: type[Event]) -> EventPlan:
     return found
 
 
+_SHORT_ID = MAX_ID_BYTES // 4  # no identifier this short can be over the bound
+
+
 def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, int]:
     """What every bus's ``publish`` checks before it takes an id: a publishable class
     (``TypeError``), a non-empty session of valid text (``ValueError``), the class's own
     fields (``TypeError`` naming the others; see :meth:`EventPlan.check`), identifiers
-    that are text. Returns the builder, the session and the size the builder does not
-    count."""
+    that are text within ``MAX_ID_BYTES`` (``IdTooLong``). Returns the builder, the
+    session and the size the builder does not count."""
     found = plan(event_type)
     if found is None:
         raise TypeError(f"cannot publish {event_type!r}: not a lifecycle event class")
@@ -334,8 +338,13 @@ def prepare(event_type: object, fields: dict[str, Any]) -> tuple[Builder, str, i
         raise ValueError(f"an event needs a non-empty session string, got {session!r}")
     for name in ENVELOPE:
         value = fields.get(name)
-        if value is not None and (type(value) is not str or not is_utf8(value)):
-            raise ValueError(f"{name} must be a string of valid Unicode text, got {value!r:.80}")
+        if value is not None:
+            if type(value) is not str or not is_utf8(value):
+                raise ValueError(
+                    f"{name} must be a string of valid Unicode text, got {value!r:.80}"
+                )
+            if len(value) > _SHORT_ID:
+                check_identifier(name, value)
     return found.build, session, found.check(fields)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 import attrs
 from typing_extensions import Self, deprecated
 
-from .approvals import Decision
+from .approvals import MAX_RESOLVED, Decision
 from .arbiter import Arbiter
 from .build import prepare
 from .errors import (
@@ -165,7 +165,9 @@ class EventBus:
     ``stream.reset`` holds at most ``reset_bytes`` (open calls always; the oldest finished
     calls go first; each field capped). ``clock`` gives event timestamps (injectable for
     tests). ``payload`` shapes what a decision publishes (edited args, reasons): redacted
-    and capped like any args.
+    and capped like any args. The newest ``max_resolved`` resolved approvals are kept, so
+    that a decision replayed on one of them learns who won (``ApprovalAlreadyResolved``);
+    on an older one it gets ``ApprovalNotFound`` (never a second decision).
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class EventBus:
         max_finished: int = 500,
         reset_bytes: int = DEFAULT_RESET_BYTES,
         payload: PayloadPolicy | None = None,
+        max_resolved: int = MAX_RESOLVED,
     ) -> None:
         if replay < 1:
             raise ValueError(f"replay must be at least 1, got {replay}")
@@ -187,6 +190,8 @@ class EventBus:
             raise ValueError(f"session_ttl must be positive, got {session_ttl}")
         if reset_bytes < 4096:
             raise ValueError(f"reset_bytes must be at least 4096, got {reset_bytes}")
+        if not isinstance(max_resolved, int) or max_resolved < 1:
+            raise ValueError(f"max_resolved must be a positive int, got {max_resolved!r}")
         self.replay = replay
         self.replay_bytes = replay_bytes
         self.session_ttl = session_ttl
@@ -210,7 +215,7 @@ class EventBus:
         self._next_sweep = clock() + self._sweep_every
         #: What a decision publishes goes through this policy.
         self.payload = payload if payload is not None else default_policy()
-        self._arbiter = Arbiter(self)
+        self._arbiter = Arbiter(self, max_resolved)
 
     def __repr__(self) -> str:
         return f"<EventBus epoch={self.epoch} seq={self._seq} sessions={len(self._logs)}>"

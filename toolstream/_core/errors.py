@@ -48,6 +48,12 @@ class EventDecodeError(ToolstreamError, ValueError):
     """A dict given to :func:`toolstream.from_dict` is not a valid toolstream event."""
 
 
+class IdTooLong(ToolstreamError, ValueError):
+    """A session name, run, call, message or approval id, or tool name longer than
+    ``toolstream.MAX_ID_BYTES`` (1,024) bytes of UTF-8: refused where it enters (a
+    broker could not carry it in its subjects and keys)."""
+
+
 class BusClosed(ToolstreamError):
     """The bus was closed: no more events are published or delivered."""
 

@@ -312,6 +312,25 @@ class PendingApproval:
 
 
 @attrs.frozen(kw_only=True)
+class DecidedApproval:
+    """A call's approval once decided, as the call's snapshot carries it while the call
+    is open: approved and not yet run (a framework that suspended the run adopts the
+    call later), or decided from inside the running call. A client that joins then sees
+    the request and its decision, as one that watched saw them."""
+
+    approval_id: str
+    approved: bool
+    #: Who decided: a principal's id, ``"timeout"``, ``"cancelled"``.
+    by: str | None = None
+    #: The decider's reason.
+    reason: str | None = None
+    #: Why a person was asked (the request's reason).
+    request_reason: str | None = None
+    #: True when asked from inside the running call.
+    running: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class CallSnapshot:
     """Everything a client knows about one call at one point in the stream."""
 
@@ -341,6 +360,9 @@ class CallSnapshot:
     reason: str | None = None
     #: The approval waiting for a decision, if any: a page opened mid-wait can decide.
     approval: PendingApproval | None = None
+    #: The call's newest approval once decided, while the call is open (an approved
+    #: call not yet adopted by the run that goes on with it shows it here).
+    decided: DecidedApproval | None = None
     #: Who decided the call's last approval (a principal's id, ``"timeout"``...).
     decided_by: str | None = None
     created_ts: float | None = None

@@ -113,9 +113,9 @@ class MessageHandle:
                 return
             if not text.isascii():
                 text = safe_text(text)  # a lone surrogate cannot go on the wire
-            if self._kind is not None and self._kind != kind:
-                # The other kind ends here: what it holds goes out first (order kept).
-                self._flush(ends=(self._kind,))
+            # Each kind's text is one text for redaction, however the kinds interleave:
+            # what a kind's redactor holds back waits for that kind's next text (a
+            # secret may be cut by the other kind's text) or the message's end.
             self._kind = kind
             redactor = self._redactors.get(kind)
             if redactor is None:
@@ -130,7 +130,9 @@ class MessageHandle:
                 self._publish_text(kind, safe)
 
     def _finish_locked(self) -> None:
-        self._flush(ends=("reasoning", "text"))
+        # The newest kind's held text first: it continues the part a client has open.
+        other: MessageKind = "text" if self._kind == "reasoning" else "reasoning"
+        self._flush(ends=(self._kind or "reasoning", other))
         self.finished = True
         self._tracker._messages.pop(self.message_id, None)
         self._emit(MessageFinished)

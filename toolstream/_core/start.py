@@ -17,6 +17,7 @@ from typing import Literal, Protocol, TypeAlias
 import attrs
 
 from .events import Event, RunFinished, Snapshot, StreamReset
+from .identifiers import check_identifier
 from .ids import make_id, parse_event_id
 from .snapshots import bound_snapshot
 from .view import LiveView
@@ -48,7 +49,7 @@ def check_subscribe(
     overflow: object,
 ) -> None:
     """The argument checks every bus's ``subscribe`` and ``resume`` make (TypeError /
-    ValueError)."""
+    ValueError; ``IdTooLong`` for a session or run past ``MAX_ID_BYTES``)."""
     for t in types:
         if not (isinstance(t, type) and issubclass(t, Event)):
             raise TypeError(f"subscribe() takes event classes, got {t!r}")
@@ -58,6 +59,10 @@ def check_subscribe(
         raise ValueError(f"session must be a non-empty string or None, got {session!r}")
     if run is not None and session is None:
         raise ValueError("run= needs session=: run ids are scoped to a session")
+    if session is not None:
+        check_identifier("session", session)
+    if isinstance(run, str):
+        check_identifier("run", run)
     if not isinstance(buffer, int) or buffer < 1:
         raise ValueError(f"buffer must be a positive int, got {buffer!r}")
     if overflow not in ("coalesce", "disconnect"):

@@ -50,6 +50,7 @@ from .events import (
     ToolProgress,
 )
 from .handle import AWAITING, DONE, NEW, RUNNING, Ask, CallHandle
+from .identifiers import MAX_ID_BYTES, check_identifier
 from .jsonenc import is_utf8
 from .message import MessageHandle, check_role
 from .payload import PayloadPolicy, default_policy
@@ -108,10 +109,11 @@ def _new_id(prefix: str) -> str:
 
 
 def _check_id(name: str, value: object) -> None:
-    if type(value) is str and value and value.isascii():
+    if type(value) is str and value and value.isascii() and len(value) <= MAX_ID_BYTES:
         return  # the common case
     if not isinstance(value, str) or not value or not is_utf8(value):
         raise ValueError(f"{name} must be a non-empty string of valid text, got {value!r:.80}")
+    check_identifier(name, value)
 
 
 class Tracker:

@@ -15,6 +15,7 @@ from .events import (
     BatchSnapshot,
     CallSnapshot,
     CallState,
+    DecidedApproval,
     ErrorInfo,
     Event,
     JSONValue,
@@ -94,6 +95,7 @@ class _Call:
     error: ErrorInfo | None
     reason: str | None
     approval: PendingApproval | None
+    decided: DecidedApproval | None
     decided_by: str | None
     created_ts: float | None
     started_ts: float | None
@@ -630,6 +632,7 @@ class LiveView:
                 expires_at=event.expires_at,
                 running=event.running,
             )
+            rec.decided = None
             if event.args is not None:
                 rec.args = event.args
                 rec.args_parts = []
@@ -643,6 +646,14 @@ class LiveView:
             pending = rec.approval
             if pending is None or pending.approval_id == event.approval_id:
                 rec.approval = None
+                rec.decided = DecidedApproval(
+                    approval_id=event.approval_id,
+                    approved=event.approved,
+                    by=event.by,
+                    reason=event.reason,
+                    request_reason=None if pending is None else pending.reason,
+                    running=False if pending is None else pending.running,
+                )
                 rec.decided_by = event.by
                 if event.approved and event.args is not None:
                     rec.args = event.args
@@ -683,6 +694,7 @@ class LiveView:
             rec.state = CallState.CANCELLED
             rec.reason = event.reason
         rec.approval = None
+        rec.decided = None
         if event.summary is not None:
             rec.summary = event.summary
         rec.ended_ts = event.ts

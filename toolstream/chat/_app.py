@@ -10,13 +10,14 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Literal, Protocol
-from urllib.parse import unquote
+from urllib.parse import quote, unquote_to_bytes
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup
 
 from toolstream import (
+    MAX_ID_BYTES,
     ApprovalRequested,
     ApprovalResolved,
     Bus,
@@ -49,8 +50,19 @@ logger = logging.getLogger("toolstream.chat")
 __all__ = ["CancelTurn", "ChatApp", "StartTurn", "TurnRequest"]
 
 _PING = b": ping\n\n"
+# Matched on the path as the client sent it, still percent-encoded (_path_as_sent): the
+# chat id is its own segment, decoded once, so an encoded "/" or "%" stays in the id.
 _STREAM_PATH = re.compile(r"/([^/]+)/stream/?$")
 _STOP_PATH = re.compile(r"/([^/]+)/stop/?$")
+
+
+def _path_as_sent(scope: serving.Scope) -> str:
+    """The request's path percent-encoded as sent (the ASGI ``raw_path``; a server that
+    gives none: the decoded path encoded again, where an encoded "/" is lost already)."""
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        return raw.partition(b"?")[0].decode("latin-1")
+    return quote(str(scope.get("path", "")), safe="/")
 
 
 @attrs.frozen(kw_only=True)
@@ -223,7 +235,7 @@ class ChatApp:
         if self._streams.closing:
             await serving.respond(send, 503, "the server is shutting down", code="unavailable")
             return
-        path = request.path
+        path = _path_as_sent(scope)
         if method == "GET":
             found = _STREAM_PATH.search(path) if self.dialect == "ai_sdk" else None
             if found is None:
@@ -583,11 +595,20 @@ class ChatApp:
     async def _chat_of(
         self, request: RequestInfo, raw: str, send: serving.Send
     ) -> tuple[str, Principal | bool] | None:
-        """The chat id of a path and the principal that may read it; None once
+        """The chat id of a path segment as sent (decoded once: what the client's
+        ``encodeURIComponent`` made) and the principal that may read it; None once
         refused (400 / 401 / 403 sent)."""
-        session = unquote(raw)
+        try:
+            session = unquote_to_bytes(raw.encode("latin-1")).decode("utf-8")
+        except UnicodeError:
+            session = ""
         if not serving.valid_session(session):
-            await serving.respond(send, 400, "the chat id must be valid text", code="invalid")
+            await serving.respond(
+                send,
+                400,
+                f"the chat id must be valid text of at most {MAX_ID_BYTES} bytes",
+                code="invalid",
+            )
             return None
         principal = await self._admit(request, session, send)
         return None if principal is None else (session, principal)

@@ -408,16 +408,7 @@ class AGUI(RunFramedDialect):
             if call.approval == event.approval_id:
                 call.approval = None
             out.append(
-                self._custom(
-                    "tool.approval.resolved",
-                    {
-                        "toolCallId": call.call_id,
-                        "approvalId": event.approval_id,
-                        "approved": event.approved,
-                        "by": event.by,
-                        "reason": event.reason,
-                    },
-                )
+                self._resolved(call, event.approval_id, event.approved, event.by, event.reason)
             )
         elif isinstance(event, ToolDenied):
             out += self._close_input(call, {})
@@ -456,7 +447,27 @@ class AGUI(RunFramedDialect):
             call.approval = pending.approval_id
             call.approval_reason = pending.reason or snap.summary
             call.approval_expires = pending.expires_at
+        elif snap.decided is not None:
+            # Decided, the call not yet gone on: the decision, as a client that watched
+            # saw it (there is nothing left to interrupt for).
+            d = snap.decided
+            out.append(self._resolved(call, d.approval_id, d.approved, d.by, d.reason))
         return out
+
+    def _resolved(
+        self, call: CallMemory, approval_id: str, approved: bool, by: str | None, reason: str | None
+    ) -> WireMessage:
+        """``CUSTOM toolstream.tool.approval.resolved``."""
+        return self._custom(
+            "tool.approval.resolved",
+            {
+                "toolCallId": call.call_id,
+                "approvalId": approval_id,
+                "approved": approved,
+                "by": by,
+                "reason": reason,
+            },
+        )
 
     def fail(self, text: str, code: str) -> list[WireMessage]:
         """``RUN_ERROR {message, code}``."""

@@ -285,28 +285,42 @@ class AISDK(RunFramedDialect):
             call.approval_running = event.running
         elif isinstance(event, ApprovalResolved):
             if call.approval == event.approval_id:
-                call.approval = None
                 answered = event.approval_id in self._answered
                 self._answered.discard(event.approval_id)
-                if event.args is not None:
-                    call.input = event.args
-                if not answered and (event.approved or call.approval_running):
-                    # The client does not hold the decision: the card leaves
-                    # "approval-requested" for "running", with the input that runs.
-                    out.append(
-                        self._msg(
-                            "tool-input-available",
-                            toolCallId=call.call_id,
-                            toolName=call.tool,
-                            input=call.input,
-                            dynamic=True if self.dynamic else None,
-                        )
-                    )
+                if answered:  # the client answered it: it holds the decision
+                    call.approval = None
+                    if event.args is not None:
+                        call.input = event.args
+                else:
+                    out += self._resolved(call, event.approved, event.args)
         elif isinstance(event, ToolDenied):
             out += self._available(call, None)
             out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
             frame.finish(call.call_id)
         return out
+
+    def _resolved(
+        self, call: CallMemory, approved: bool, args: JSONValue | None
+    ) -> list[WireMessage]:
+        """A decision the client does not hold (it did not answer it, or it rebuilds the
+        message from the stream): an approved call, or one asked from inside (which
+        goes on running), leaves "approval-requested" for "running" with the input that
+        runs; a refused call's ``tool-output-denied`` follows. Never the
+        ``tool-approval-response`` chunk only ``ai`` 7 knows."""
+        call.approval = None
+        if args is not None:
+            call.input = args
+        if not (approved or call.approval_running):
+            return []
+        return [
+            self._msg(
+                "tool-input-available",
+                toolCallId=call.call_id,
+                toolName=call.tool,
+                input=call.input,
+                dynamic=True if self.dynamic else None,
+            )
+        ]
 
     def _approval_request(
         self, call: CallMemory, approval_id: str, reason: str | None
@@ -342,6 +356,13 @@ class AISDK(RunFramedDialect):
             if pending is not None and call.approval != pending.approval_id:
                 out += self._approval_request(call, pending.approval_id, pending.reason)
                 call.approval_running = snap.state is CallState.RUNNING
+            decided = snap.decided
+            if pending is None and decided is not None:
+                # Decided, and the call not yet gone on (or gone on from inside): the
+                # request, then the state the decision led to.
+                out += self._approval_request(call, decided.approval_id, decided.request_reason)
+                call.approval_running = decided.running
+                out += self._resolved(call, decided.approved, None)
         return out
 
     def encode(self, event: Event) -> list[WireMessage]:

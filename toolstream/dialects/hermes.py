@@ -111,18 +111,11 @@ class Hermes(BaseDialect):
                 )
             ]
         if isinstance(event, ApprovalResolved):
-            payload = drop_none(
-                {
-                    "type": "hermes.approval.resolved",
-                    "toolCallId": call_id,
-                    "tool": event.tool,
-                    "approvalId": event.approval_id,
-                    "approved": event.approved,
-                    "by": event.by,
-                    "reason": event.reason,
-                }
-            )
-            return [WireMessage(event=EVENT, payload=payload)]
+            return [
+                self._resolved(
+                    call_id, event.tool, event.approval_id, event.approved, event.by, event.reason
+                )
+            ]
         if isinstance(event, ToolDenied):
             self._running.pop(call_id, None)
             self._done.add(call_id)
@@ -179,6 +172,28 @@ class Hermes(BaseDialect):
         )
         return WireMessage(event=EVENT, payload=payload)
 
+    @staticmethod
+    def _resolved(
+        call_id: str,
+        tool: str,
+        approval_id: str,
+        approved: bool,
+        by: str | None,
+        reason: str | None,
+    ) -> WireMessage:
+        payload = drop_none(
+            {
+                "type": "hermes.approval.resolved",
+                "toolCallId": call_id,
+                "tool": tool,
+                "approvalId": approval_id,
+                "approved": approved,
+                "by": by,
+                "reason": reason,
+            }
+        )
+        return WireMessage(event=EVENT, payload=payload)
+
     def _reset(self, event: StreamReset) -> list[WireMessage]:
         out: list[WireMessage] = []
         present = {c.call_id for c in event.snapshot.calls}
@@ -199,6 +214,30 @@ class Hermes(BaseDialect):
                         pending.reason,
                         call.summary,
                         pending.expires_at,
+                    )
+                )
+            decided = call.decided
+            if decided is not None and call.call_id not in self._done:
+                # Decided, the call not yet gone on: the prompt and its answer.
+                out.append(
+                    self._approval(
+                        call.call_id,
+                        call.tool,
+                        decided.approval_id,
+                        call.args,
+                        decided.request_reason,
+                        call.summary,
+                        None,
+                    )
+                )
+                out.append(
+                    self._resolved(
+                        call.call_id,
+                        call.tool,
+                        decided.approval_id,
+                        decided.approved,
+                        decided.by,
+                        decided.reason,
                     )
                 )
             if call.state is CallState.RUNNING and call.call_id not in self._running:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.approvals import TIMEOUT_BY, Decision, resolution_variants
@@ -23,7 +24,7 @@ from toolstream._core.errors import (
 from toolstream._core.events import ApprovalRequested, ApprovalResolved, Event
 from toolstream._core.ids import make_id
 
-from ._common import NATS_ERRORS, RETRYABLE, KeyValue, nats, session_token
+from ._common import NATS_ERRORS, RETRYABLE, JetStreamContext, KeyValue, nats, session_token
 
 if TYPE_CHECKING:
     from ._bus import NatsBus
@@ -35,14 +36,28 @@ __all__ = ["NatsArbiter"]
 
 class NatsArbiter:
     """The approvals of one :class:`~toolstream.nats.NatsBus` (see its
-    ``resolve_approval``, ``decision`` and ``wait_decision`` for the contract)."""
+    ``resolve_approval``, ``decision`` and ``wait_decision`` for the contract).
 
-    def __init__(self, bus: NatsBus) -> None:
+    It talks to NATS through ``kv_of(bucket)`` and ``js_of()``: the bus's own connection
+    by default (and then it reads its own writes); another connection's (``snapshot()``
+    on a thread of its own) when given.
+    """
+
+    def __init__(
+        self,
+        bus: NatsBus,
+        *,
+        kv_of: Callable[[str], Awaitable[KeyValue]] | None = None,
+        js_of: Callable[[], Awaitable[JetStreamContext]] | None = None,
+    ) -> None:
         self.bus = bus
+        self._kv_of = kv_of or bus.kv
+        self._js_of = js_of or bus._ready
+        self._own = kv_of is None  # on the bus's connection: its outbox is ours
 
     async def _kv(self) -> KeyValue:
         try:
-            return await self.bus.kv(self.bus.names.approvals)
+            return await self._kv_of(self.bus.names.approvals)
         except RETRYABLE as exc:
             raise BusUnavailable(f"cannot reach NATS at {self.bus._where}: {exc}") from exc
 
@@ -58,9 +73,12 @@ class NatsArbiter:
 
     async def _entry(self, session: str, approval_id: str) -> tuple[dict[str, Any], int]:
         bus = self.bus
-        got = await bus._outbox.read_own(
-            session, approval_id, lambda: self._get(approval_id), lambda: bus._closed
-        )
+        if self._own:
+            got = await bus._outbox.read_own(
+                session, approval_id, lambda: self._get(approval_id), lambda: bus._closed
+            )
+        else:
+            got = await self._get(approval_id)
         if got is None or got[0].get("meta", {}).get("s") != session:
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
         return got
@@ -78,7 +96,7 @@ class NatsArbiter:
             "env": [ev.run_id, ev.call_id, ev.tool, ev.parent_call_id],
             "w": self.bus.token,
         }
-        kv = await self.bus.kv(self.bus.names.approvals)
+        kv = await self._kv_of(self.bus.names.approvals)
         try:
             await kv.create(
                 session_token(ev.approval_id), json.dumps({"st": "p", "meta": meta}).encode()
@@ -89,7 +107,7 @@ class NatsArbiter:
     async def own(self, ev: ApprovalResolved) -> bool:
         """A tracker resolves its own approval (its call was cancelled): it wins only
         while the approval is pending; False if it was decided first (drop the event)."""
-        kv = await self.bus.kv(self.bus.names.approvals)
+        kv = await self._kv_of(self.bus.names.approvals)
         key = session_token(ev.approval_id)
         try:
             entry = await kv.get(key)
@@ -116,7 +134,7 @@ class NatsArbiter:
 
     async def written(self, ev: ApprovalResolved, seq: int) -> None:
         """Where a tracker's own resolution landed (for a later loser's error)."""
-        kv = await self.bus.kv(self.bus.names.approvals)
+        kv = await self._kv_of(self.bus.names.approvals)
         key = session_token(ev.approval_id)
         try:
             entry = await kv.get(key)
@@ -201,7 +219,7 @@ class NatsArbiter:
 
     async def _reaped(self, meta: dict[str, Any]) -> bool:
         """Whether a reaper closed the call (its writer was lost)."""
-        kv = await self.bus.kv(self.bus.names.writers)
+        kv = await self._kv_of(self.bus.names.writers)
         try:
             entry = await kv.get(meta.get("w", ""))
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.InvalidKeyError):
@@ -217,7 +235,7 @@ class NatsArbiter:
     ) -> ApprovalResolved:
         """Write a decided entry's events (idempotent: message ids) and record where."""
         bus = self.bus
-        js = await bus._ready()
+        js = await self._js_of()
         key = session_token(approval_id)
         try:
             rid = await bus._publish_raw(js, session, record["res"], f"ap:{key}:res")

@@ -28,7 +28,7 @@ import attrs
 from typing_extensions import Self
 
 from toolstream._core.approvals import Decision, check_decision
-from toolstream._core.broker import SessionState, retry_until, stop_task
+from toolstream._core.broker import SessionState, expire_due, retry_until, stop_task
 from toolstream._core.build import prepare
 from toolstream._core.errors import BusClosed, BusUnavailable
 from toolstream._core.events import (
@@ -252,9 +252,13 @@ class NatsBus:
 
     # -- connecting and creating what is missing --------------------------------------------
 
-    async def _connect(self, *, main: bool) -> NatsClient:
+    async def _connect(self, *, main: bool, closed: asyncio.Event | None = None) -> NatsClient:
         async def quiet(exc: Exception) -> None:
             logger.debug("NATS: %s", exc)
+
+        async def gone() -> None:
+            if closed is not None:
+                closed.set()
 
         async def reconnected() -> None:
             self._epoch_stale = True
@@ -274,6 +278,7 @@ class NatsBus:
             pending_size=0,  # never buffer while reconnecting: the caller retries
             error_cb=quiet,
             reconnected_cb=reconnected if main else None,
+            closed_cb=gone if closed is not None else None,
         )
 
     def _in_thread(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
@@ -468,37 +473,69 @@ class NatsBus:
         self._tasks = [loop.create_task(self._main(), name="toolstream-nats")]
 
     async def _main(self) -> None:
-        """Connect (retrying), then run the flusher and the lease task."""
-        delay = 0.1
-        while True:
-            try:
-                nc = await self._connect(main=True)
-                break
-            except Exception as exc:
-                logger.warning("cannot reach NATS at %s (%s); retrying", self._where, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        self._nc = nc
-        self._js = nc.jetstream(timeout=self.request_timeout)
-        self._pipeline = Pipeline(nc)
-        self._epoch_stale = True
+        """Connect (retrying), run the flusher and the lease task, and connect again
+        whenever the connection is closed for good: nats-py reconnects after a network
+        failure, but closes the connection when the server answers ``-ERR`` (a control
+        line over its limit, a permission...), and a bus must never stay dead — the
+        outbox waits and is written once the new connection is up."""
         up = self._up
         assert up is not None
-        up.set()
         loop = asyncio.get_running_loop()
-        flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
-        tasks = [
-            loop.create_task(flusher, name="toolstream-nats-flusher"),
-            loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
-        ]
+        tasks: list[asyncio.Task[None]] = []
+        nc: NatsClient | None = None
+        watch: asyncio.Task[Any] | None = None
         try:
-            await asyncio.gather(*tasks)
+            while True:
+                closed = asyncio.Event()
+                delay = 0.1
+                while True:
+                    try:
+                        nc = await self._connect(main=True, closed=closed)
+                        break
+                    except Exception as exc:
+                        logger.warning("cannot reach NATS at %s (%s); retrying", self._where, exc)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 2.0)
+                self._nc = nc
+                self._js = nc.jetstream(timeout=self.request_timeout)
+                self._pipeline = Pipeline(nc)
+                self._kv.clear()
+                self._epoch_stale = True
+                if tasks:  # a connection made again: what waits on the old one moves on
+                    self._generation += 1
+                    event, self._reconnected = self._reconnected, asyncio.Event()
+                    event.set()
+                    logger.warning("NATS connection made again after it was closed")
+                up.set()
+                if not tasks:
+                    flusher = self._outbox.run(self._write, RETRYABLE, batch=self.batch)
+                    tasks = [
+                        loop.create_task(flusher, name="toolstream-nats-flusher"),
+                        loop.create_task(self._leases.run(), name="toolstream-nats-leases"),
+                    ]
+                # Until the connection is closed for good, or a task ends (they never do
+                # on their own: an error in one ends this task, which a publish restarts).
+                watch = loop.create_task(closed.wait())
+                done, _ = await asyncio.wait([watch, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                if watch not in done:
+                    watch.cancel()
+                    for task in done:
+                        task.result()
+                    return
+                up.clear()
+                self._pipeline.fail(nats.errors.ConnectionClosedError())
+                logger.warning(
+                    "NATS connection closed (%s); connecting again", nc.last_error or "no reason"
+                )
         finally:
+            if watch is not None:
+                watch.cancel()
             for task in tasks:
                 await stop_task(task)
             # The connection belongs to this task: a bus started again (another loop, or
             # after its tasks were stopped) makes a new one.
-            await asyncio.shield(nc.close())
+            if nc is not None:
+                await asyncio.shield(nc.close())
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -720,13 +757,26 @@ class NatsBus:
         """The session's calls, runs and batches as they stand, read from NATS plus this
         process's events not yet written (the async form of :meth:`snapshot`)."""
         _require_asyncio("fetch_snapshot()")
-        state = await retry_until(
-            lambda: self._reader.read_state(session),
-            RETRYABLE,
-            time.monotonic() + self.connect_timeout,
-            f"NATS at {self._where}",
-        )
+
+        async def read() -> SessionState:
+            return await retry_until(
+                lambda: self._reader.read_state(session),
+                RETRYABLE,
+                time.monotonic() + self.connect_timeout,
+                f"NATS at {self._where}",
+            )
+
+        state = await read()
+        if await self._expire_due(session, state):
+            state = await read()
         return self._snapshot_of(session, state, run)
+
+    async def _expire_due(self, session: str, state: SessionState) -> bool:
+        """Resolve by ``"timeout"`` the approvals of ``state`` past their expiry (a
+        snapshot or a subscription's start touches them); True if there were any."""
+        return await expire_due(
+            state, self._clock(), lambda approval_id: self._arbiter.decision(session, approval_id)
+        )
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand now.
@@ -739,12 +789,24 @@ class NatsBus:
             async def kv_of(bucket: str) -> KeyValue:
                 return kv_handle(js, bucket)
 
-            return await retry_until(
-                lambda: self._reader.state_with(js, session, None, kv_of),
-                RETRYABLE,
-                time.monotonic() + self.connect_timeout,
-                f"NATS at {self._where}",
-            )
+            async def js_of() -> JetStreamContext:
+                return js
+
+            async def state() -> SessionState:
+                return await retry_until(
+                    lambda: self._reader.state_with(js, session, None, kv_of),
+                    RETRYABLE,
+                    time.monotonic() + self.connect_timeout,
+                    f"NATS at {self._where}",
+                )
+
+            got = await state()
+            # Approvals past their expiry are touched: resolved by timeout (on this
+            # thread's connection), then the session is read again.
+            arbiter = NatsArbiter(self, kv_of=kv_of, js_of=js_of)
+            if await expire_due(got, self._clock(), lambda aid: arbiter.decision(session, aid)):
+                got = await state()
+            return got
 
         return self._snapshot_of(session, self._in_thread(read), run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 import re
 from typing import Any
@@ -76,21 +77,32 @@ WRONG_LAST_MSG_ID = 10070
 EXPECTATION_FAILED = (WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID)
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+#: The longest token written out; a longer one is hashed. Every identifier toolstream
+#: accepts (``MAX_ID_BYTES``, 1,024 bytes: at most 1,367 characters encoded) fits, so
+#: only a name that bypassed that bound (a client's approval id to look up) is hashed,
+#: and no name can make a subject or key that overruns NATS's control line (the server
+#: closes the connection then).
+_MAX_TOKEN = 1400
 
 
 def session_token(session: str) -> str:
     """``session`` as one subject token and KV key: itself when made of letters,
-    digits, ``_`` and ``-`` (up to 128), else ``=`` and its UTF-8 in unpadded base64url.
-    Different sessions never share a token, and no token holds ``.``, ``*`` or ``>``."""
+    digits, ``_`` and ``-`` (up to 128), else ``=`` and its UTF-8 in unpadded base64url,
+    or, past 1,400 characters, ``==`` and the base64url of its SHA-256. Different names
+    never share a token, and no token holds ``.``, ``*`` or ``>``."""
     if _SAFE.fullmatch(session):
         return session
-    raw = base64.urlsafe_b64encode(session.encode("utf-8", "surrogatepass"))
-    return "=" + raw.decode("ascii").rstrip("=")
+    data = session.encode("utf-8", "surrogatepass")
+    raw = base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+    if len(raw) < _MAX_TOKEN:
+        return "=" + raw
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii")
+    return "==" + digest.rstrip("=")
 
 
 def token_session(token: str) -> str:
-    """The session a :func:`session_token` names."""
-    if not token.startswith("="):
+    """The session a :func:`session_token` names (a hashed one: the token itself)."""
+    if not token.startswith("=") or token.startswith("=="):
         return token
     body = token[1:]
     return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", "surrogatepass")
@@ -140,6 +152,13 @@ class Pipeline:
         future.add_done_callback(lambda _: self._futures.pop(token, None))
         await self._nc.publish(subject, payload, reply=f"{self._prefix}.{token}", headers=headers)
         return future
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every acknowledgement still awaited (the connection is gone: they never
+        come), so a flusher retries at once instead of at its timeout."""
+        for future in list(self._futures.values()):
+            if not future.done():
+                future.set_exception(exc)
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._futures.pop(msg.subject.rpartition(".")[2], None)

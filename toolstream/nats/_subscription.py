@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toolstream._core.broker import BrokerStart, FedSubscription, retry_until
+from toolstream._core.broker import BrokerStart, FedSubscription, SessionState, retry_until
 from toolstream._core.events import Event, StreamReset
 from toolstream._core.ids import make_id
 from toolstream._core.snapshots import bound_snapshot
@@ -69,11 +69,17 @@ class NatsSubscription(FedSubscription[E_co]):
             await bus._outbox.settle(self._barrier, deadline)
         except TimeoutError:
             pass  # NATS is away: the read below says so
-        state = await retry_until(
-            lambda: bus._reader.read_state(self.session or ""),
-            RETRYABLE,
-            deadline,
-            f"NATS at {bus._where}",
+
+        async def read() -> SessionState:
+            return await retry_until(
+                lambda: bus._reader.read_state(self.session or ""),
+                RETRYABLE,
+                deadline,
+                f"NATS at {bus._where}",
+            )
+
+        state, expired = await self._read_touched(
+            read, lambda state: bus._expire_due(self.session or "", state)
         )
         self._epoch = state.epoch
         self._seq = state.last
@@ -82,7 +88,7 @@ class NatsSubscription(FedSubscription[E_co]):
         for seq, ev in state.events:
             if ev.ts <= self._since:
                 live = seq
-        if not state.events or state.events[-1][1].ts <= self._since:
+        if expired or not state.events or state.events[-1][1].ts <= self._since:
             live = state.last
         return BrokerStart(
             epoch=state.epoch, retained=state.retained(), live_seq=live, last_seq=state.last

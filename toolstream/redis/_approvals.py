@@ -45,6 +45,9 @@ class RedisArbiter:
         self.bus = bus
         self._resolve_script: AsyncScript = bus._redis.register_script(_scripts.RESOLVE)
         self._approval_script: AsyncScript = bus._redis.register_script(_scripts.APPROVAL)
+        # The same two for synchronous code (``snapshot()`` touching an expired approval).
+        self._sync_resolve = bus._sync.register_script(_scripts.RESOLVE)
+        self._sync_approval = bus._sync.register_script(_scripts.APPROVAL)
 
     async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         try:
@@ -72,7 +75,21 @@ class RedisArbiter:
         state = await self.state(session, approval_id)
         if state is None:
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        meta = state[1]
+        keys, args = self._resolve_call(
+            session, approval_id, state[1], (approved, by, reason, edited, ends_call)
+        )
+        return self._outcome(approval_id, await self._run(self._resolve_script, keys, args))
+
+    def _resolve_call(
+        self,
+        session: str,
+        approval_id: str,
+        meta: dict[str, Any],
+        decision: tuple[bool, str | None, str | None, dict[str, Any] | None, bool],
+    ) -> tuple[list[str], list[Any]]:
+        """The RESOLVE script's keys and arguments for ``decision`` (approved, by,
+        reason, edited args, ends_call) on the approval whose meta is ``meta``."""
+        bus = self.bus
         run_id, call_id, tool, parent = meta["env"]
         envelope = {
             "session": session,
@@ -84,25 +101,20 @@ class RedisArbiter:
         before_run = not meta.get("running", False)
         variants: list[str] = []
         for res, dec, den in resolution_variants(
-            bus.payload,
-            bus._clock,
-            approval_id,
-            envelope,
-            before_run,
-            (approved, by, reason, edited, ends_call),
+            bus.payload, bus._clock, approval_id, envelope, before_run, decision
         ):
             variants += [dumps(res), dumps(dec), dumps(den) if den is not None else ""]
-        kind = "t" if by == TIMEOUT_BY else "d"
+        kind = "t" if decision[1] == TIMEOUT_BY else "d"
         base = session_base(bus.prefix, session)
-        outcome, res_json, rid = await self._run(
-            self._resolve_script,
-            [f"{base}:s"],
-            [base, session, approval_id, bus._clock(), int(bus.session_ttl), kind, *variants],
-        )
-        epoch = bus.epoch
+        args = [base, session, approval_id, bus._clock(), int(bus.session_ttl), kind, *variants]
+        return [f"{base}:s"], args
+
+    def _outcome(self, approval_id: str, reply: Any) -> ApprovalResolved:
+        """The resolution the RESOLVE script answered, or the error it means."""
+        outcome, res_json, rid = reply
         if outcome == "notfound":
             raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        event = from_dict({**json.loads(res_json), "id": make_id(epoch, entry_seq(rid))})
+        event = from_dict({**json.loads(res_json), "id": make_id(self.bus.epoch, entry_seq(rid))})
         assert isinstance(event, ApprovalResolved)
         if outcome == "resolved":
             raise ApprovalAlreadyResolved(
@@ -111,6 +123,26 @@ class RedisArbiter:
         if outcome == "expired":
             raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=event)
         return event
+
+    def expire_now(self, session: str, approval_id: str) -> None:
+        """Resolve by ``"timeout"`` an approval past its expiry, from synchronous code
+        (``snapshot()``): the same scripts on the bus's synchronous client."""
+        bus = self.bus
+        base = session_base(bus.prefix, session)
+        st, meta, _ = bus._sync_run(
+            lambda client: self._sync_approval(
+                keys=[f"{base}:s"], args=[base, session, approval_id], client=client
+            )
+        )
+        if st != "p":
+            return
+        decided = json.loads(meta)
+        if decided.get("exp") is None or bus._clock() < decided["exp"]:
+            return
+        keys, args = self._resolve_call(
+            session, approval_id, decided, (False, TIMEOUT_BY, None, None, True)
+        )
+        bus._sync_run(lambda client: self._sync_resolve(keys=keys, args=args, client=client))
 
     async def state(
         self, session: str, approval_id: str

@@ -24,7 +24,13 @@ from toolstream._core.approvals import (
     Decision,
     check_decision,
 )
-from toolstream._core.broker import ENDS_CALL, OPENS_CALL, stop_task
+from toolstream._core.broker import (
+    ENDS_CALL,
+    OPENS_CALL,
+    due_approvals,
+    expire_due,
+    stop_task,
+)
 from toolstream._core.build import prepare
 from toolstream._core.codec import to_dict
 from toolstream._core.errors import (
@@ -711,9 +717,18 @@ class RedisBus:
         require_asyncio("fetch_snapshot()")
         try:
             state = await self._read_state(session)
+            if await self._expire_due(session, state):
+                state = await self._read_state(session)
         except NETWORK_ERRORS as exc:
             raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
         return self._snapshot_of(session, state, run)
+
+    async def _expire_due(self, session: str, state: SessionState) -> bool:
+        """Resolve by ``"timeout"`` the approvals of ``state`` past their expiry (a
+        snapshot or a subscription's start touches them); True if there were any."""
+        return await expire_due(
+            state, self._clock(), lambda approval_id: self._arbiter.decision(session, approval_id)
+        )
 
     def snapshot(self, session: str, *, run: str | None = None) -> Snapshot:
         """The session's calls, runs and batches as they stand now.
@@ -722,13 +737,23 @@ class RedisBus:
         synchronous); in async code prefer ``await bus.fetch_snapshot(session)``.
         """
         base = session_base(self.prefix, session)
-        try:
+
+        def read() -> SessionState:
             raw = self._sync_run(
                 lambda client: self._sync_state(keys=[f"{base}:s"], args=[base, "+"], client=client)
             )
+            return self._parse_state(cast(Sequence[Any], raw))
+
+        try:
+            state = read()
+            due = due_approvals(state, self._clock())
+            if due:  # touched past their expiry: resolved by timeout, then read again
+                for approval_id in due:
+                    self._arbiter.expire_now(session, approval_id)
+                state = read()
         except NETWORK_ERRORS as exc:
             raise BusUnavailable(f"cannot reach Redis at {redact_url(self.url)}: {exc}") from exc
-        return self._snapshot_of(session, self._parse_state(cast(Sequence[Any], raw)), run)
+        return self._snapshot_of(session, state, run)
 
     def _snapshot_of(self, session: str, state: SessionState, run: str | None) -> Snapshot:
         view = state.folded()

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toolstream._core.broker import BrokerStart, FedSubscription, retry_until
+from toolstream._core.broker import BrokerStart, FedSubscription, SessionState, retry_until
 from toolstream._core.events import Event, StreamReset
 from toolstream._core.ids import make_id
 from toolstream._core.snapshots import bound_snapshot
@@ -71,11 +71,17 @@ class RedisSubscription(FedSubscription[E_co]):
             await bus._settle(self._barrier, deadline)
         except TimeoutError:
             pass  # Redis is away: the read below says so
-        state = await retry_until(
-            lambda: bus._read_state(self.session or ""),
-            RETRYABLE,
-            deadline,
-            f"Redis at {redact_url(bus.url)}",
+
+        async def read() -> SessionState:
+            return await retry_until(
+                lambda: bus._read_state(self.session or ""),
+                RETRYABLE,
+                deadline,
+                f"Redis at {redact_url(bus.url)}",
+            )
+
+        state, expired = await self._read_touched(
+            read, lambda state: bus._expire_due(self.session or "", state)
         )
         self._epoch = state.epoch
         self._incarnation = state.incarnation
@@ -83,7 +89,7 @@ class RedisSubscription(FedSubscription[E_co]):
         return BrokerStart(
             epoch=state.epoch,
             retained=state.retained(),
-            live_seq=min(state.last, self._since),
+            live_seq=state.last if expired else min(state.last, self._since),
             last_seq=state.last,
         )
 

@@ -9,6 +9,7 @@ from contextlib import aclosing
 from typing import Any
 
 from toolstream import (
+    MAX_ID_BYTES,
     Bus,
     BusClosed,
     BusUnavailable,
@@ -185,7 +186,9 @@ class SSEApp:
             await serving.respond(send, 400, "missing session: add ?session=<id>")
             return
         if not serving.valid_session(session):
-            await serving.respond(send, 400, "the session must be a string of valid text")
+            await serving.respond(
+                send, 400, f"the session must be valid text of at most {MAX_ID_BYTES} bytes"
+            )
             return
         if method == "POST":
             await self._decide(request, session, receive, send)
@@ -204,11 +207,17 @@ class SSEApp:
         name, factory = chosen
         dialect = factory()
         cursor = request.headers.get("last-event-id") or request.query.get("last_event_id")
+        run = request.query.get("run") or None
+        if run is not None and not serving.valid_session(run):
+            await serving.respond(
+                send, 400, f"the run must be valid text of at most {MAX_ID_BYTES} bytes"
+            )
+            return
         try:
             pump = await serving.open_pump(
                 self.bus,
                 session=session,
-                run=request.query.get("run") or None,
+                run=run,
                 cursor=cursor,
                 dialect=dialect,
                 fmt=_SSE,

@@ -14,6 +14,7 @@ import anyio.abc
 
 from toolstream import (
     EVENT_TYPES,
+    MAX_ID_BYTES,
     Bus,
     BusClosed,
     BusUnavailable,
@@ -73,7 +74,9 @@ def _field(message: dict[str, Any], name: str, kind: type, *, required: bool = F
     if not isinstance(value, kind) or (kind is str and not value):
         raise _ClientError("invalid", f"field {name!r} must be a non-empty {kind.__name__}")
     if kind is str and not serving.valid_session(value):
-        raise _ClientError("invalid", f"field {name!r} must be valid text")
+        raise _ClientError(
+            "invalid", f"field {name!r} must be valid text of at most {MAX_ID_BYTES} bytes"
+        )
     return value
 
 
