@@ -16,7 +16,7 @@ import pytest
 import toolstream as ts
 from toolstream.demo import build_app
 
-from .browser import browser_page, wait_for
+from .browser import new_page, wait_for
 from .chat_procs import spawn, wait_until_up
 from .conftest import require
 from .redis_server import RedisServer, free_port
@@ -110,9 +110,9 @@ def check_turn(parts: list[dict[str, Any]]) -> None:
     assert secret not in str(parts)
 
 
-def test_the_chat_page_in_one_process() -> None:
+def test_the_chat_page_in_one_process(browser: Any) -> None:
     bus = ts.EventBus()
-    with serve(build_app(bus, speed=2.0)) as served, browser_page() as page:
+    with serve(build_app(bus, speed=2.0)) as served, new_page(browser) as page:
         parts = converse(page, served.url)
     check_turn(parts)
     (session,) = [s for s in bus.sessions() if s.startswith("chat-")]
@@ -120,7 +120,9 @@ def test_the_chat_page_in_one_process() -> None:
     assert run.state == "completed"
 
 
-def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisServer) -> None:
+def test_the_chat_page_on_redis_with_the_agent_in_a_worker(
+    browser: Any, redis_server: RedisServer
+) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -130,7 +132,7 @@ def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisSe
     ]
     try:
         wait_until_up(url, procs)
-        with browser_page() as page:
+        with new_page(browser) as page:
             parts = converse(page, url)
     finally:
         for proc in procs:

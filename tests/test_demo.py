@@ -21,7 +21,7 @@ import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app
 from toolstream.demo.frameworks import agent_runner
 
-from .browser import browser_page, wait_for
+from .browser import new_page, wait_for
 from .servers import Served, bind, free_port, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,13 +213,13 @@ def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Se
 CALLS = "[...window.toolstreamState.calls.values()]"
 
 
-def test_the_page_in_a_real_browser_across_restarts() -> None:
+def test_the_page_in_a_real_browser_across_restarts(browser: Any) -> None:
     bus = ts.EventBus()
     agent = Agent(bus, speed=3.0, turns=None)
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     try:
-        with browser_page() as page:
+        with new_page(browser) as page:
             page.set_viewport_size({"width": 1400, "height": 1000})
             with serve(build_app(bus), port=port, ws="websockets-sansio") as served:
                 page.goto(f"{served.url}/")
@@ -289,11 +289,11 @@ TURN_TOOLS = [
 ]
 
 
-def test_the_page_reads_like_a_conversation() -> None:
+def test_the_page_reads_like_a_conversation(browser: Any) -> None:
     bus = ts.EventBus()
     agent = Agent(bus, speed=3.0, turns=None)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.set_viewport_size({"width": 1400, "height": 1000})
@@ -378,9 +378,9 @@ def test_the_page_reads_like_a_conversation() -> None:
         bus.close()
 
 
-def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
+def test_the_page_keeps_hundreds_of_calls_bounded(browser: Any) -> None:
     bus = ts.EventBus(replay=5_000)
-    with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+    with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(f"{served.url}/")
@@ -461,13 +461,13 @@ def test_make_demo_takes_host_port_and_args() -> None:
 
 
 @pytest.mark.parametrize("transport", ["sse", "ws"])
-def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
+def test_a_person_approves_and_denies_from_the_page(browser: Any, transport: str) -> None:
     """The card of a call waiting for approval has Approve / Deny; a click decides, over
     the page's own transport, and the card ends as it should."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=None, approval_timeout=240.0)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.set_viewport_size({"width": 1400, "height": 1000})
@@ -510,13 +510,13 @@ def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
 
 
 @pytest.mark.parametrize("framework", ["pydantic-ai", "openai-agents", "langgraph"])
-def test_the_page_shows_a_frameworks_calls(framework: str) -> None:
+def test_the_page_shows_a_frameworks_calls(browser: Any, framework: str) -> None:
     """``toolstream demo --agent <framework>``: the scenario through the real framework and
     its fake model; its calls (the model's ids) on the page, a click approves the email."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=1, approval_timeout=240.0, framework=framework)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(f"{served.url}/")
