@@ -11,10 +11,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import toolstream as ts
 from toolstream.demo import build_app
+from toolstream.demo.frameworks import AGENTS, EMAIL_WORDS, FIRST_WORDS, answer
+from toolstream.testing import serve as serve_app
+from toolstream.testing import sse_data
 
 from .browser import new_page, wait_for
 from .chat_procs import spawn, wait_until_up
@@ -139,3 +143,94 @@ def test_the_chat_page_on_redis_with_the_agent_in_a_worker(
             proc.kill()
             proc.wait(10)
     check_turn(parts)
+
+
+#: The framework scenario's calls, in the order the model makes them.
+FRAMEWORK_TOOLS = ["web_search", "fetch_page", "fetch_page", "run_shell", "send_email"]
+
+
+# -- the same gateway through HTTP, for every framework -----------------------------------------
+
+
+def user(n: int, text: str) -> dict[str, Any]:
+    return {"id": f"u{n}", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def words(chunks: list[Any]) -> list[str]:
+    """The text of each text part of an AI SDK stream, in order."""
+    out: list[str] = []
+    for chunk in chunks:
+        if isinstance(chunk, dict) and chunk["type"] == "text-start":
+            out.append("")
+        elif isinstance(chunk, dict) and chunk["type"] == "text-delta":
+            out[-1] += chunk["delta"]
+    return out
+
+
+def of_type(chunks: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [c for c in chunks if isinstance(c, dict) and c["type"] == kind]
+
+
+@pytest.mark.parametrize("framework", AGENTS)
+def test_the_demo_serves_a_frameworks_chat_turns_through_chat_agent(framework: str) -> None:
+    """``build_app(bus, agent=<framework>)``: ``/api/chat`` runs the framework's demo agent
+    through its ``chat_agent``, turn after turn in one chat: its words around its calls,
+    the email waiting for a decision, the continuation in the same message, new call ids
+    each turn; approved the first time, denied the second."""
+    bus = ts.EventBus()
+    history: list[dict[str, Any]] = []
+    call_ids: list[set[str]] = []
+    with (
+        serve_app(build_app(bus, speed=8.0, agent=framework)) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        for turn, approved in enumerate((True, False)):
+            history.append(user(turn, "Research structured concurrency"))
+            body = {"id": "chat-http", "messages": history}
+            first = sse_data(http.post("/api/chat", json=body).text)
+            assert first[-1] == "[DONE]"
+            assert of_type(first, "finish")[0].get("finishReason") == "tool-calls"
+            assert words(first) == [FIRST_WORDS, EMAIL_WORDS]
+            inputs = of_type(first, "tool-input-available")
+            assert [c["toolName"] for c in inputs] == FRAMEWORK_TOOLS
+            assert [c["toolCallId"] for c in of_type(first, "tool-output-error")] == [
+                inputs[3]["toolCallId"]
+            ]
+            assert any(
+                c["data"]["toolCallId"] == inputs[0]["toolCallId"]
+                for c in of_type(first, "data-tool-progress")
+            ), "the search's progress"
+            (asked,) = of_type(first, "tool-approval-request")
+            assert asked["toolCallId"] == inputs[4]["toolCallId"]
+            call_ids.append({c["toolCallId"] for c in inputs})
+            # The person decides: the continuation goes on in the same message.
+            message_id = first[0]["messageId"]
+            decided = {
+                "type": "tool-send_email",
+                "toolCallId": asked["toolCallId"],
+                "state": "approval-responded",
+                "input": {"to": "team@example.com"},
+                "approval": {"id": asked["approvalId"], "approved": approved},
+            }
+            text = [{"type": "text", "text": t} for t in words(first)]
+            assistant = {"id": message_id, "role": "assistant", "parts": [*text, decided]}
+            body = {"id": "chat-http", "messages": [*history, assistant]}
+            rest = sse_data(http.post("/api/chat", json=body).text)
+            assert rest[0] == {"type": "start", "messageId": message_id}
+            assert rest[-1] == "[DONE]"
+            assert not of_type(rest, "tool-input-available"), "no card sent twice"
+            ended = "tool-output-available" if approved else "tool-output-denied"
+            assert [c["toolCallId"] for c in of_type(rest, ended)] == [asked["toolCallId"]]
+            said = answer("sent to team@example.com" if approved else "")
+            assert words(rest) == [said]
+            # The client's copy of the turn: its text (what the next turn's history holds).
+            history.append(
+                {
+                    "id": message_id,
+                    "role": "assistant",
+                    "parts": [{"type": "text", "text": t} for t in words(first) + words(rest)],
+                }
+            )
+    assert not call_ids[0] & call_ids[1], "each turn's calls have ids of their own"
+    runs = bus.snapshot("chat-http").runs
+    assert [r.state for r in runs] == ["completed", "completed"]

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 
 import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app
-from toolstream.demo.frameworks import agent_runner
+from toolstream.demo.frameworks import EMAIL_WORDS, FIRST_WORDS, agent_runner, answer
 
 from .browser import new_page, wait_for
 from .servers import Served, bind, free_port, serve
@@ -512,7 +512,8 @@ def test_a_person_approves_and_denies_from_the_page(browser: Any, transport: str
 @pytest.mark.parametrize("framework", ["pydantic-ai", "openai-agents", "langgraph"])
 def test_the_page_shows_a_frameworks_calls(browser: Any, framework: str) -> None:
     """``toolstream demo --agent <framework>``: the scenario through the real framework and
-    its fake model; its calls (the model's ids) on the page, a click approves the email."""
+    its fake model; its calls (the model's ids) and its words on the page, in one turn; a
+    click approves the email."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=1, approval_timeout=240.0, framework=framework)
     try:
@@ -534,6 +535,13 @@ def test_the_page_shows_a_frameworks_calls(browser: Any, framework: str) -> None
             assert states["call_1_shell"] == "failed"
             summary = page.evaluate(f"{CALLS}.find(c => c.call_id === 'call_1_email').summary")
             assert "sent to team@" in summary, summary
+            # The model's words between the cards: before its calls, before the email,
+            # and its answer once the email was sent.
+            said = "[...document.querySelectorAll('.said-text')].map(e => e.textContent)"
+            wait_for(page, f"{said}.length === 3")
+            assert page.evaluate(said) == [FIRST_WORDS, EMAIL_WORDS, answer("sent to team")]
+            # One turn, though the framework ran twice in it (before and after the email).
+            assert page.evaluate("document.querySelectorAll('.turn').length") == 1
             assert errors == []
     finally:
         agent.close()
@@ -552,3 +560,22 @@ def test_an_agent_whose_framework_is_missing_gets_one_line() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert 'pip install "toolstream[langgraph]"' in done.stderr
+
+
+def test_an_agent_whose_framework_is_missing_names_the_extra() -> None:
+    """``build_app(bus, agent=...)`` (what ``toolstream demo --agent`` serves) without the
+    framework: the ImportError names the extra to install."""
+    code = (
+        "import sys; sys.modules['langgraph'] = None\n"
+        "import toolstream as ts\n"
+        "from toolstream.demo import build_app\n"
+        "try:\n"
+        "    build_app(ts.EventBus(), agent='langgraph')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "toolstream[langgraph]"' in done.stdout
