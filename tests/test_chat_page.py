@@ -68,6 +68,10 @@ def parts_of(page: Any) -> list[list[dict[str, Any]]]:
     return list(page.evaluate(PARTS))
 
 
+WAITING = "waiting for your approval"
+STATUS = "document.getElementById('status').textContent"
+
+
 def converse(page: Any, url: str) -> list[dict[str, Any]]:
     """Send a message, reload mid-turn, approve the email by a click; the assistant
     message's parts at the end."""
@@ -84,6 +88,8 @@ def converse(page: Any, url: str) -> list[dict[str, Any]]:
     page.reload()
     # The reloaded page resumes the turn: the same message, rebuilt, then the rest.
     wait_for(page, "document.querySelector('.chat-card[data-state=\"approval-requested\"]')", 90)
+    # The response ended at the approval request: the page says the turn waits for you.
+    wait_for(page, f"{STATUS} === '{WAITING}'")
     page.click(".chat-card[data-state='approval-requested'] button.approve")
     wait_for(
         page,
@@ -92,6 +98,7 @@ def converse(page: Any, url: str) -> list[dict[str, Any]]:
         " && /Done: the research notes/.test(document.body.textContent)",
         90,
     )
+    assert page.evaluate(STATUS) == "ready"
     assert errors == []
     messages = page.evaluate("window.chatView.messages")
     assert [m["role"] for m in messages] == ["user", "assistant"]
