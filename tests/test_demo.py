@@ -378,6 +378,59 @@ def test_the_page_reads_like_a_conversation(browser: Any) -> None:
         bus.close()
 
 
+BODY_ORDER = (
+    "[...document.querySelector('.turn[data-run=\"mid\"] .turn-body').children].map(e => "
+    "e.classList.contains('said') ? 'said: ' + e.querySelector('.said-text').textContent "
+    ": e.classList.contains('batch') ? 'batch: ' + [...e.querySelectorAll('.tool')]"
+    ".map(t => t.textContent).join(' ') : e.querySelector('.tool').textContent)"
+)
+
+
+def test_a_page_opened_mid_turn_places_the_text_among_the_cards(browser: Any) -> None:
+    """A page opened in the middle of a turn starts from the stream's snapshot: the
+    agent's text and the cards are placed where they were said and made, as the live
+    stream shows them, and what follows live goes after them."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "demo")
+    with tracker.run("mid", title="Opened mid-turn"):
+        with tracker.message() as said:
+            said.delta("First a search.")
+        with tracker.call("web_search", {"q": "anyio"}) as call:
+            call.complete(["https://anyio.readthedocs.io"])
+        with tracker.message() as said:
+            said.delta("Now two pages at once.")
+        for url in ("a", "b"):
+            fetch = tracker.create("fetch_page", batch_id="batch-mid")
+            fetch.start({"url": url})
+            fetch.complete({"status": 200})
+        with tracker.message() as said:
+            said.delta("Now the tests.")
+        shell = tracker.create("run_shell")
+        shell.start({"cmd": "pytest"})
+        tracker.flush()
+        with new_page(browser) as page, serve(build_app(bus)) as served:
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{served.url}/")
+            wait_for(page, "document.querySelector('.card[data-state=\"running\"]') !== null")
+            assert page.evaluate(BODY_ORDER) == [
+                "said: First a search.",
+                "web_search",
+                "said: Now two pages at once.",
+                "batch: fetch_page fetch_page",
+                "said: Now the tests.",
+                "run_shell",
+            ]
+            shell.fail(RuntimeError("exit code 2"))
+            with tracker.message() as said:
+                said.delta("The tests fail.")
+            tracker.flush()
+            wait_for(page, f"{BODY_ORDER}.length === 7")
+            assert page.evaluate(BODY_ORDER)[-2:] == ["run_shell", "said: The tests fail."]
+            assert errors == []
+    bus.close()
+
+
 def test_the_page_keeps_hundreds_of_calls_bounded(browser: Any) -> None:
     bus = ts.EventBus(replay=5_000)
     with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
