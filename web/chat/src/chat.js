@@ -193,6 +193,7 @@ function render() {
     $('#send').disabled = chat.status === 'submitted' || chat.status === 'streaming';
     $('#stop').disabled = !(chat.status === 'submitted' || chat.status === 'streaming');
     $('#chat-id').textContent = chat.id;
+    $('#chat-id').title = chat.id; // the whole id, where the header shortens it
     window.chatView = { status: chat.status, shown: shown.text, error: lastError, messages: state.messages };
   });
 }
