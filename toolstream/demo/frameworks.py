@@ -8,11 +8,11 @@ approval; once the email is decided, it answers. The framework runs the calls th
 its toolstream integration and waits for the decision (Approve / Deny on a page, or the
 approval expires).
 
-The same agent serves both demo pages: the tool-card page's loop drives it turn after
-turn on session ``demo`` (:func:`run_framework_agent`), and the chat page's turns run it
-through the integration's ``chat_agent`` (:func:`chat_turns`). Its fake model reads the
-conversation it is given, so it plays the turn again after any number of earlier ones:
-it counts its own responses after the user's last message.
+The same agent (an instance for each) serves both demo pages: the tool-card page's loop
+drives it turn after turn on session ``demo`` (:func:`run_framework_agent`), and the chat
+page's turns run it through the integration's ``chat_agent`` (:func:`chat_turns`). Its
+fake model reads the conversation it is given, so it plays the turn again after any
+number of earlier ones: it counts its own responses after the user's last message.
 """
 
 import itertools
