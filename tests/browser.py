@@ -31,8 +31,10 @@ def chromium_path() -> str | None:
 
 
 @contextlib.contextmanager
-def browser_page() -> Iterator[Any]:
-    """A fresh page in headless Chromium (skips without it, fails under REQUIRE_ALL)."""
+def chromium() -> Iterator[Any]:
+    """Headless Chromium (skips without it, fails under REQUIRE_ALL); open pages in it
+    with :func:`new_page`. One per test module (the ``browser`` fixture) keeps the
+    browser tests' start-up small."""
     path = chromium_path()
     require(path is not None, "headless Chromium not found (apt-get install chromium)")
     try:
@@ -44,10 +46,27 @@ def browser_page() -> Iterator[Any]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context()
-            yield context.new_page()
+            yield browser
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def new_page(browser: Any, **context: Any) -> Iterator[Any]:
+    """A page in a fresh context of ``browser`` (its own storage, as a new window has;
+    ``context``: Playwright's ``new_context`` options, such as ``viewport``)."""
+    opened = browser.new_context(**context)
+    try:
+        yield opened.new_page()
+    finally:
+        opened.close()
+
+
+@contextlib.contextmanager
+def browser_page() -> Iterator[Any]:
+    """A fresh page in a browser of its own."""
+    with chromium() as browser, new_page(browser) as page:
+        yield page
 
 
 def with_page(page: bytes, app: Any, scripts: Mapping[str, bytes] | None = None) -> Any:

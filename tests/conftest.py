@@ -6,7 +6,7 @@ import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -58,3 +58,13 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium shared by a test module (each test opens its pages in a fresh
+    context: ``tests.browser.new_page(browser)``)."""
+    from tests.browser import chromium
+
+    with chromium() as shared:
+        yield shared

@@ -1,7 +1,12 @@
 """The demo's chat page in headless Chromium: the AI SDK's own client (bundled into
 toolstream/demo/static/chat.js) sends a message, shows the streamed text and the tool
-cards, approves a call by a click, and survives a reload mid-turn — over EventBus in one
-process, and over RedisBus with the agent in a worker process."""
+cards, says it waits for your approval, approves a call by a click, and survives a
+reload mid-turn — over EventBus in one process, over RedisBus with the agent in a worker
+process, and with a framework's agent (``--agent``) through its ``chat_agent``. The
+same gateway through HTTP alone, for every framework, turn after turn.
+
+The README's screenshot of the page (docs/images/chat.png) is the one
+``test_the_chat_page_in_one_process`` writes to artifacts/chat-page.png."""
 
 from __future__ import annotations
 
@@ -11,17 +16,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import toolstream as ts
 from toolstream.demo import build_app
+from toolstream.demo.frameworks import AGENTS, EMAIL_WORDS, FIRST_WORDS, answer
+from toolstream.testing import serve as serve_app
+from toolstream.testing import sse_data
 
-from .browser import browser_page, wait_for
+from .browser import new_page, wait_for
 from .chat_procs import spawn, wait_until_up
 from .conftest import require
 from .redis_server import RedisServer, free_port
 from .servers import serve
-from .test_demo import TURN_TOOLS
+from .test_demo import ARTIFACTS, TURN_TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "web" / "chat"
@@ -64,9 +73,13 @@ def parts_of(page: Any) -> list[list[dict[str, Any]]]:
     return list(page.evaluate(PARTS))
 
 
-def converse(page: Any, url: str) -> list[dict[str, Any]]:
+WAITING = "waiting for your approval"
+STATUS = "document.getElementById('status').textContent"
+
+
+def converse(page: Any, url: str, *, screenshot: Path | None = None) -> list[dict[str, Any]]:
     """Send a message, reload mid-turn, approve the email by a click; the assistant
-    message's parts at the end."""
+    message's parts at the end (``screenshot``: the page, waiting for the click)."""
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url + "/chat")
@@ -80,6 +93,11 @@ def converse(page: Any, url: str) -> list[dict[str, Any]]:
     page.reload()
     # The reloaded page resumes the turn: the same message, rebuilt, then the rest.
     wait_for(page, "document.querySelector('.chat-card[data-state=\"approval-requested\"]')", 90)
+    # The response ended at the approval request: the page says the turn waits for you.
+    wait_for(page, f"{STATUS} === '{WAITING}'")
+    if screenshot is not None:
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.screenshot(path=str(screenshot))
     page.click(".chat-card[data-state='approval-requested'] button.approve")
     wait_for(
         page,
@@ -88,6 +106,7 @@ def converse(page: Any, url: str) -> list[dict[str, Any]]:
         " && /Done: the research notes/.test(document.body.textContent)",
         90,
     )
+    assert page.evaluate(STATUS) == "ready"
     assert errors == []
     messages = page.evaluate("window.chatView.messages")
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -110,17 +129,23 @@ def check_turn(parts: list[dict[str, Any]]) -> None:
     assert secret not in str(parts)
 
 
-def test_the_chat_page_in_one_process() -> None:
+def test_the_chat_page_in_one_process(browser: Any) -> None:
     bus = ts.EventBus()
-    with serve(build_app(bus, speed=2.0)) as served, browser_page() as page:
-        parts = converse(page, served.url)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with (
+        serve(build_app(bus, speed=2.0)) as served,
+        new_page(browser, viewport={"width": 1200, "height": 1300}) as page,
+    ):
+        parts = converse(page, served.url, screenshot=ARTIFACTS / "chat-page.png")
     check_turn(parts)
     (session,) = [s for s in bus.sessions() if s.startswith("chat-")]
     (run,) = bus.snapshot(session).runs
     assert run.state == "completed"
 
 
-def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisServer) -> None:
+def test_the_chat_page_on_redis_with_the_agent_in_a_worker(
+    browser: Any, redis_server: RedisServer
+) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -130,10 +155,204 @@ def test_the_chat_page_on_redis_with_the_agent_in_a_worker(redis_server: RedisSe
     ]
     try:
         wait_until_up(url, procs)
-        with browser_page() as page:
+        with new_page(browser) as page:
             parts = converse(page, url)
     finally:
         for proc in procs:
             proc.kill()
             proc.wait(10)
     check_turn(parts)
+
+
+# -- a framework's agent on the chat page (toolstream demo --agent <framework>) ----------------
+
+#: The framework scenario's calls, in the order the model makes them.
+FRAMEWORK_TOOLS = ["web_search", "fetch_page", "fetch_page", "run_shell", "send_email"]
+
+#: Where each control of the chat page's header is, and how wide the page is.
+HEADER = """() => {
+  const box = (s) => { const r = document.querySelector(s).getBoundingClientRect();
+    return {s, left: r.left, right: r.right, top: r.top, bottom: r.bottom, height: r.height}; };
+  return {width: window.innerWidth, scroll: document.documentElement.scrollWidth,
+    title: box('header h1'),
+    controls: ['#status', 'header .chat-label', '#new-chat', 'header a'].map(box)};
+}"""
+
+#: WCAG's contrast ratio between an element's text and the header's background.
+CONTRAST = """(selector) => {
+  const rgb = (c) => c.match(/[0-9.]+/g).slice(0, 3).map(Number);
+  const channel = (v) => (v <= 10.02 ? v / 255 / 12.92 : ((v / 255 + 0.055) / 1.055) ** 2.4);
+  const lum = ([r, g, b]) => 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  const fg = lum(rgb(getComputedStyle(document.querySelector(selector)).color));
+  const bg = lum(rgb(getComputedStyle(document.querySelector('header')).backgroundColor));
+  return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+}"""
+
+
+def check_header_fits(page: Any) -> None:
+    """Every control of the header whole, on one line, inside the page, apart from the
+    others; the title on at most two lines; nothing to scroll sideways."""
+    header = page.evaluate(HEADER)
+    width = header["width"]
+    assert header["scroll"] <= width, header
+    assert header["title"]["height"] <= 50, header["title"]
+    boxes = [header["title"], *header["controls"]]
+    for box in boxes:
+        assert box["left"] >= 0 and box["right"] <= width, box
+    for box in header["controls"]:
+        assert box["height"] <= 36, box  # one line (a button with its padding)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = (
+                a["right"] <= b["left"]
+                or b["right"] <= a["left"]
+                or a["bottom"] <= b["top"]
+                or b["bottom"] <= a["top"]
+            )
+            assert apart, (a, b)
+    for control in ("#status", "#new-chat", "header a"):
+        clipped = page.evaluate(
+            f"(e => e.scrollWidth > e.clientWidth)(document.querySelector('{control}'))"
+        )
+        assert not clipped, control
+
+
+def test_a_frameworks_agent_on_the_chat_page_on_a_phone(browser: Any) -> None:
+    """``toolstream demo --agent langgraph``: the chat page's turn is the framework's,
+    through ``chat_agent``: text, the research cards, text, the email waiting for your
+    approval (the page says so), a reload mid-turn, Approve — one assistant message.
+    After the reload the page is a phone's width, and its header fits it."""
+    bus = ts.EventBus()
+    with (
+        serve(build_app(bus, speed=2.0, agent="langgraph")) as served,
+        new_page(browser, viewport={"width": 1200, "height": 900}) as page,
+    ):
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(served.url + "/chat")
+        wait_for(page, f"{STATUS} === 'ready'")
+        page.fill("#prompt", "Research structured concurrency")
+        page.click("#send")
+        wait_for(page, "document.querySelector('.chat-card[data-tool=\"web_search\"]')", 30)
+        said = "document.querySelector('.assistant .chat-text').textContent"
+        assert page.evaluate(said) == FIRST_WORDS
+        page.reload()
+        page.set_viewport_size({"width": 390, "height": 844})
+        waiting = ".chat-card[data-tool='send_email'][data-state='approval-requested']"
+        wait_for(page, f'document.querySelector("{waiting}")', 30)
+        wait_for(page, f"{STATUS} === '{WAITING}'")
+        check_header_fits(page)
+        assert page.evaluate(CONTRAST, "header a") >= 4.5  # WCAG AA for text
+        assert page.evaluate(CONTRAST, "#status") >= 4.5
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "chat-page-phone.png"))
+        page.click(f"{waiting} button.approve")
+        done = answer("sent to team@example.com")
+        wait_for(
+            page,
+            f"window.chatView.status === 'ready' && document.body.textContent.includes('{done}')",
+            30,
+        )
+        assert page.evaluate(STATUS) == "ready"
+        assert page.evaluate("document.querySelectorAll('.chat-message.assistant').length") == 1
+        messages = page.evaluate("window.chatView.messages")
+        assert errors == []
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    parts = [p for p in messages[1]["parts"] if p["type"] != "step-start"]
+    # text, the research cards, text, the email, text: in the order the model said them.
+    kinds = [p["type"].removeprefix("tool-") if "toolCallId" in p else p["type"] for p in parts]
+    assert kinds == ["text", *FRAMEWORK_TOOLS[:4], "text", "send_email", "text"]
+    assert [p["text"] for p in parts if p["type"] == "text"] == [FIRST_WORDS, EMAIL_WORDS, done]
+    states = [p["state"] for p in parts if "toolCallId" in p]
+    assert states == ["output-available"] * 3 + ["output-error", "output-available"]
+    assert "sent to team@example.com" in str(parts[-2]["output"])
+    (session,) = [s for s in bus.sessions() if s.startswith("chat-")]
+    (run,) = bus.snapshot(session).runs
+    assert run.state == "completed"
+
+
+# -- the same gateway through HTTP, for every framework -----------------------------------------
+
+
+def user(n: int, text: str) -> dict[str, Any]:
+    return {"id": f"u{n}", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def words(chunks: list[Any]) -> list[str]:
+    """The text of each text part of an AI SDK stream, in order."""
+    out: list[str] = []
+    for chunk in chunks:
+        if isinstance(chunk, dict) and chunk["type"] == "text-start":
+            out.append("")
+        elif isinstance(chunk, dict) and chunk["type"] == "text-delta":
+            out[-1] += chunk["delta"]
+    return out
+
+
+def of_type(chunks: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [c for c in chunks if isinstance(c, dict) and c["type"] == kind]
+
+
+@pytest.mark.parametrize("framework", AGENTS)
+def test_the_demo_serves_a_frameworks_chat_turns_through_chat_agent(framework: str) -> None:
+    """``build_app(bus, agent=<framework>)``: ``/api/chat`` runs the framework's demo agent
+    through its ``chat_agent``, turn after turn in one chat: its words around its calls,
+    the email waiting for a decision, the continuation in the same message, new call ids
+    each turn; approved the first time, denied the second."""
+    bus = ts.EventBus()
+    history: list[dict[str, Any]] = []
+    call_ids: list[set[str]] = []
+    with (
+        serve_app(build_app(bus, speed=8.0, agent=framework)) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        for turn, approved in enumerate((True, False)):
+            history.append(user(turn, "Research structured concurrency"))
+            body = {"id": "chat-http", "messages": history}
+            first = sse_data(http.post("/api/chat", json=body).text)
+            assert first[-1] == "[DONE]"
+            assert of_type(first, "finish")[0].get("finishReason") == "tool-calls"
+            assert words(first) == [FIRST_WORDS, EMAIL_WORDS]
+            inputs = of_type(first, "tool-input-available")
+            assert [c["toolName"] for c in inputs] == FRAMEWORK_TOOLS
+            assert [c["toolCallId"] for c in of_type(first, "tool-output-error")] == [
+                inputs[3]["toolCallId"]
+            ]
+            assert any(
+                c["data"]["toolCallId"] == inputs[0]["toolCallId"]
+                for c in of_type(first, "data-tool-progress")
+            ), "the search's progress"
+            (asked,) = of_type(first, "tool-approval-request")
+            assert asked["toolCallId"] == inputs[4]["toolCallId"]
+            call_ids.append({c["toolCallId"] for c in inputs})
+            # The person decides: the continuation goes on in the same message.
+            message_id = first[0]["messageId"]
+            decided = {
+                "type": "tool-send_email",
+                "toolCallId": asked["toolCallId"],
+                "state": "approval-responded",
+                "input": {"to": "team@example.com"},
+                "approval": {"id": asked["approvalId"], "approved": approved},
+            }
+            text = [{"type": "text", "text": t} for t in words(first)]
+            assistant = {"id": message_id, "role": "assistant", "parts": [*text, decided]}
+            body = {"id": "chat-http", "messages": [*history, assistant]}
+            rest = sse_data(http.post("/api/chat", json=body).text)
+            assert rest[0] == {"type": "start", "messageId": message_id}
+            assert rest[-1] == "[DONE]"
+            assert not of_type(rest, "tool-input-available"), "no card sent twice"
+            ended = "tool-output-available" if approved else "tool-output-denied"
+            assert [c["toolCallId"] for c in of_type(rest, ended)] == [asked["toolCallId"]]
+            said = answer("sent to team@example.com" if approved else "")
+            assert words(rest) == [said]
+            # The client's copy of the turn: its text (what the next turn's history holds).
+            history.append(
+                {
+                    "id": message_id,
+                    "role": "assistant",
+                    "parts": [{"type": "text", "text": t} for t in words(first) + words(rest)],
+                }
+            )
+    assert not call_ids[0] & call_ids[1], "each turn's calls have ids of their own"
+    runs = bus.snapshot("chat-http").runs
+    assert [r.state for r in runs] == ["completed", "completed"]

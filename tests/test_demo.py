@@ -19,9 +19,9 @@ from websockets.sync.client import connect
 
 import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app
-from toolstream.demo.frameworks import agent_runner
+from toolstream.demo.frameworks import EMAIL_WORDS, FIRST_WORDS, agent_runner, answer
 
-from .browser import browser_page, wait_for
+from .browser import new_page, wait_for
 from .servers import Served, bind, free_port, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,13 +213,13 @@ def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Se
 CALLS = "[...window.toolstreamState.calls.values()]"
 
 
-def test_the_page_in_a_real_browser_across_restarts() -> None:
+def test_the_page_in_a_real_browser_across_restarts(browser: Any) -> None:
     bus = ts.EventBus()
     agent = Agent(bus, speed=3.0, turns=None)
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     try:
-        with browser_page() as page:
+        with new_page(browser) as page:
             page.set_viewport_size({"width": 1400, "height": 1000})
             with serve(build_app(bus), port=port, ws="websockets-sansio") as served:
                 page.goto(f"{served.url}/")
@@ -289,11 +289,11 @@ TURN_TOOLS = [
 ]
 
 
-def test_the_page_reads_like_a_conversation() -> None:
+def test_the_page_reads_like_a_conversation(browser: Any) -> None:
     bus = ts.EventBus()
     agent = Agent(bus, speed=3.0, turns=None)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.set_viewport_size({"width": 1400, "height": 1000})
@@ -378,9 +378,62 @@ def test_the_page_reads_like_a_conversation() -> None:
         bus.close()
 
 
-def test_the_page_keeps_hundreds_of_calls_bounded() -> None:
+BODY_ORDER = (
+    "[...document.querySelector('.turn[data-run=\"mid\"] .turn-body').children].map(e => "
+    "e.classList.contains('said') ? 'said: ' + e.querySelector('.said-text').textContent "
+    ": e.classList.contains('batch') ? 'batch: ' + [...e.querySelectorAll('.tool')]"
+    ".map(t => t.textContent).join(' ') : e.querySelector('.tool').textContent)"
+)
+
+
+def test_a_page_opened_mid_turn_places_the_text_among_the_cards(browser: Any) -> None:
+    """A page opened in the middle of a turn starts from the stream's snapshot: the
+    agent's text and the cards are placed where they were said and made, as the live
+    stream shows them, and what follows live goes after them."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "demo")
+    with tracker.run("mid", title="Opened mid-turn"):
+        with tracker.message() as said:
+            said.delta("First a search.")
+        with tracker.call("web_search", {"q": "anyio"}) as call:
+            call.complete(["https://anyio.readthedocs.io"])
+        with tracker.message() as said:
+            said.delta("Now two pages at once.")
+        for url in ("a", "b"):
+            fetch = tracker.create("fetch_page", batch_id="batch-mid")
+            fetch.start({"url": url})
+            fetch.complete({"status": 200})
+        with tracker.message() as said:
+            said.delta("Now the tests.")
+        shell = tracker.create("run_shell")
+        shell.start({"cmd": "pytest"})
+        tracker.flush()
+        with new_page(browser) as page, serve(build_app(bus)) as served:
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{served.url}/")
+            wait_for(page, "document.querySelector('.card[data-state=\"running\"]') !== null")
+            assert page.evaluate(BODY_ORDER) == [
+                "said: First a search.",
+                "web_search",
+                "said: Now two pages at once.",
+                "batch: fetch_page fetch_page",
+                "said: Now the tests.",
+                "run_shell",
+            ]
+            shell.fail(RuntimeError("exit code 2"))
+            with tracker.message() as said:
+                said.delta("The tests fail.")
+            tracker.flush()
+            wait_for(page, f"{BODY_ORDER}.length === 7")
+            assert page.evaluate(BODY_ORDER)[-2:] == ["run_shell", "said: The tests fail."]
+            assert errors == []
+    bus.close()
+
+
+def test_the_page_keeps_hundreds_of_calls_bounded(browser: Any) -> None:
     bus = ts.EventBus(replay=5_000)
-    with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+    with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(f"{served.url}/")
@@ -461,13 +514,13 @@ def test_make_demo_takes_host_port_and_args() -> None:
 
 
 @pytest.mark.parametrize("transport", ["sse", "ws"])
-def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
+def test_a_person_approves_and_denies_from_the_page(browser: Any, transport: str) -> None:
     """The card of a call waiting for approval has Approve / Deny; a click decides, over
     the page's own transport, and the card ends as it should."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=None, approval_timeout=240.0)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.set_viewport_size({"width": 1400, "height": 1000})
@@ -510,13 +563,14 @@ def test_a_person_approves_and_denies_from_the_page(transport: str) -> None:
 
 
 @pytest.mark.parametrize("framework", ["pydantic-ai", "openai-agents", "langgraph"])
-def test_the_page_shows_a_frameworks_calls(framework: str) -> None:
+def test_the_page_shows_a_frameworks_calls(browser: Any, framework: str) -> None:
     """``toolstream demo --agent <framework>``: the scenario through the real framework and
-    its fake model; its calls (the model's ids) on the page, a click approves the email."""
+    its fake model; its calls (the model's ids) and its words on the page, in one turn; a
+    click approves the email."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=1, approval_timeout=240.0, framework=framework)
     try:
-        with browser_page() as page, serve(build_app(bus), ws="websockets-sansio") as served:
+        with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(f"{served.url}/")
@@ -534,6 +588,13 @@ def test_the_page_shows_a_frameworks_calls(framework: str) -> None:
             assert states["call_1_shell"] == "failed"
             summary = page.evaluate(f"{CALLS}.find(c => c.call_id === 'call_1_email').summary")
             assert "sent to team@" in summary, summary
+            # The model's words between the cards: before its calls, before the email,
+            # and its answer once the email was sent.
+            said = "[...document.querySelectorAll('.said-text')].map(e => e.textContent)"
+            wait_for(page, f"{said}.length === 3")
+            assert page.evaluate(said) == [FIRST_WORDS, EMAIL_WORDS, answer("sent to team")]
+            # One turn, though the framework ran twice in it (before and after the email).
+            assert page.evaluate("document.querySelectorAll('.turn').length") == 1
             assert errors == []
     finally:
         agent.close()
@@ -552,3 +613,22 @@ def test_an_agent_whose_framework_is_missing_gets_one_line() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert 'pip install "toolstream[langgraph]"' in done.stderr
+
+
+def test_an_agent_whose_framework_is_missing_names_the_extra() -> None:
+    """``build_app(bus, agent=...)`` (what ``toolstream demo --agent`` serves) without the
+    framework: the ImportError names the extra to install."""
+    code = (
+        "import sys; sys.modules['langgraph'] = None\n"
+        "import toolstream as ts\n"
+        "from toolstream.demo import build_app\n"
+        "try:\n"
+        "    build_app(ts.EventBus(), agent='langgraph')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "toolstream[langgraph]"' in done.stdout

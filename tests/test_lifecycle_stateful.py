@@ -26,6 +26,7 @@ OPS = (
     "complete",
     "fail",
     "cancel",
+    "deny",
     "await_approval",
     "request_approval",  # async: played by the scoped_call rule
 )
@@ -62,6 +63,8 @@ def apply_op(handle: ts.CallHandle, op: str, arg: int) -> None:
             pass  # asked where it cannot be: refused loudly, strict or not
     elif op == "cancel":
         handle.cancel(f"reason {arg}")
+    elif op == "deny":
+        handle.deny(f"reason {arg}", by=None if arg % 2 else "person")
 
 
 class Lifecycles(RuleBasedStateMachine):

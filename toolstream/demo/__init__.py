@@ -1,5 +1,6 @@
-"""``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent,
-and a chat page where the AI SDK's own client drives the same agent turn by turn.
+"""``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent
+(or a framework's agent), and a chat page where the AI SDK's own client drives the same
+agent turn by turn.
 
 ``build_app(bus)`` is the gateway (the page at ``/``, SSE at ``/events``, WebSocket at
 ``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``); ``serve(...)``
@@ -24,7 +25,7 @@ from toolstream.sse import SSEApp
 from toolstream.websocket import WebSocketApp
 
 from .agent import DEMO_SECRET, run_agent, run_turn
-from .frameworks import agent_runner
+from .frameworks import agent_runner, chat_turns
 
 logger = logging.getLogger("toolstream.demo")
 
@@ -53,9 +54,11 @@ class Gateway:
     dialect), ``/ws`` (WebSocket), ``/chat`` (the chat page) and its ``ChatApp`` at
     ``/api/chat``, ``/healthz``.
 
-    Chat turns run the simulated agent in this process (at ``speed``), or whatever
-    ``start_turn`` does (a job for a worker process on a broker bus, with
-    ``cancel_turn``)."""
+    Chat turns run the simulated agent in this process (at ``speed``); with ``agent``
+    (``pydantic-ai``, ``openai-agents``, ``langgraph``), that framework's demo agent
+    through its integration's ``chat_agent`` (``ImportError`` naming the extra when the
+    framework is not installed); with ``start_turn``, whatever it does (a job for a
+    worker process on a broker bus, with ``cancel_turn``)."""
 
     def __init__(
         self,
@@ -65,9 +68,12 @@ class Gateway:
         speed: float = 1.0,
         start_turn: StartTurn | None = None,
         cancel_turn: CancelTurn | None = None,
+        agent: str = "simulated",
     ) -> None:
         self.bus = bus
         self.speed = speed
+        if start_turn is None and agent != "simulated":
+            start_turn = chat_turns(agent, speed=speed, approval_timeout=CHAT_APPROVAL_TIMEOUT)
         self.sse = SSEApp(bus, retry_ms=retry_ms)
         self.ws = WebSocketApp(bus)
         self.chat = ChatApp(bus, start_turn or self._start_turn, cancel_turn=cancel_turn)
@@ -149,9 +155,10 @@ async def _reply(
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app(bus: ts.Bus, *, speed: float = 1.0) -> Gateway:
-    """The demo gateway over ``bus`` (chat turns at ``speed``)."""
-    return Gateway(bus, speed=speed)
+def build_app(bus: ts.Bus, *, speed: float = 1.0, agent: str = "simulated") -> Gateway:
+    """The demo gateway over ``bus``: chat turns at ``speed``, run by ``agent`` (the
+    simulated agent, or a framework's through its ``chat_agent``)."""
+    return Gateway(bus, speed=speed, agent=agent)
 
 
 async def serve(
@@ -170,11 +177,11 @@ async def serve(
     server then stops too, a second later: the page gets the last events). ``sock``: a
     socket already bound (uvicorn binds ``host:port`` itself otherwise). ``agent``: the
     simulated agent, or a framework driven by its own fake model (``pydantic-ai``,
-    ``openai-agents``, ``langgraph``)."""
+    ``openai-agents``, ``langgraph``), for both pages."""
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
-    gateway = build_app(bus, speed=speed)
+    gateway = build_app(bus, speed=speed, agent=agent)
     config = uvicorn.Config(
         gateway, host=host, port=port, log_level="warning", ws="websockets-sansio", lifespan="on"
     )

@@ -1,51 +1,101 @@
 """The demo's scenario through a real agent framework, with the framework's own fake
 model (``toolstream demo --agent pydantic-ai|openai-agents|langgraph``): no API key.
 
-Each turn the model asks, in one response, for a web search (with progress), two page
-fetches that run in parallel and a shell command that fails; then, in a second response,
-for an email that needs a person's approval. The framework runs them through its
-toolstream integration, waits for the decision (the page's Approve / Deny, or the
-approval expires), and the model answers.
+Each turn the model says what it will do and asks, in one response, for a web search
+(with progress), two page fetches that run in parallel and a shell command that fails;
+then, in a second response, says why and asks for an email that needs a person's
+approval; once the email is decided, it answers. The framework runs the calls through
+its toolstream integration and waits for the decision (Approve / Deny on a page, or the
+approval expires).
+
+The same agent (an instance for each) serves both demo pages: the tool-card page's loop
+drives it turn after turn on session ``demo`` (:func:`run_framework_agent`), and the chat
+page's turns run it through the integration's ``chat_agent`` (:func:`chat_turns`). Its
+fake model reads the conversation it is given, so it plays the turn again after any
+number of earlier ones: it counts its own responses after the user's last message.
 """
 
+import itertools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
 
 from toolstream import Tracker
+from toolstream.chat import StartTurn
 
-__all__ = ["AGENTS", "agent_runner", "missing_framework", "run_framework_agent"]
+__all__ = ["AGENTS", "agent_runner", "chat_turns", "missing_framework", "run_framework_agent"]
 
 #: The frameworks the demo can drive, by the name ``--agent`` takes.
 AGENTS = ("pydantic-ai", "openai-agents", "langgraph")
 
 _PAGES = ["https://anyio.readthedocs.io/", "https://trio.readthedocs.io/"]
 
+#: What the model says before its calls, and before it asks to send the email.
+FIRST_WORDS = "Let me research that: a web search, two pages at once, and the tests."
+EMAIL_WORDS = "The tests fail on this machine. I would like to email these notes to the team."
 
-def _calls(turn: int, step: int) -> list[tuple[str, dict[str, Any], str]]:
-    """The calls the model makes in response ``step`` (0, 1) of a turn: (tool, arguments,
-    call id); none after that (the model answers)."""
-    if step == 0:
-        return [
-            ("web_search", {"query": "structured concurrency"}, f"call_{turn}_search"),
-            ("fetch_page", {"url": _PAGES[0]}, f"call_{turn}_fetch1"),
-            ("fetch_page", {"url": _PAGES[1]}, f"call_{turn}_fetch2"),
-            ("run_shell", {"cmd": "pytest -x"}, f"call_{turn}_shell"),
-        ]
-    if step == 1:
-        return [("send_email", {"to": "team@example.com"}, f"call_{turn}_email")]
-    return []
+
+def answer(email_output: str) -> str:
+    """The model's last words, once the email was decided (``email_output``: what the
+    tool returned, or why it did not run)."""
+    if "sent to" in email_output:
+        return "Done: anyio runs on asyncio and trio, and the team has the notes."
+    return "Done: anyio runs on asyncio and trio. I did not email the team."
+
+
+Call = tuple[str, dict[str, Any], str]
+
+
+class Script:
+    """What the fake model says and calls at each step of a turn. Each turn's calls
+    get ids of their own (``call_<n>_search``, ...): n counts the turns this model
+    played."""
+
+    def __init__(self) -> None:
+        self._numbers: Iterator[int] = itertools.count(1)
+
+    def step(self, step: int, called: Sequence[str], email_output: str) -> tuple[str, list[Call]]:
+        """The words and calls of response ``step`` (0, 1, 2) of a turn, given the ids of
+        the calls made in the turn so far and what the email call returned."""
+        if step == 0:
+            prefix = f"call_{next(self._numbers)}"
+            return FIRST_WORDS, [
+                ("web_search", {"query": "structured concurrency"}, f"{prefix}_search"),
+                ("fetch_page", {"url": _PAGES[0]}, f"{prefix}_fetch1"),
+                ("fetch_page", {"url": _PAGES[1]}, f"{prefix}_fetch2"),
+                ("run_shell", {"cmd": "pytest -x"}, f"{prefix}_shell"),
+            ]
+        if step == 1:
+            prefix = called[0].rsplit("_", 1)[0] if called else f"call_{next(self._numbers)}"
+            return EMAIL_WORDS, [("send_email", {"to": "team@example.com"}, f"{prefix}_email")]
+        return answer(email_output), []
 
 
 Turn = Callable[[Tracker, int], Awaitable[None]]
 
 
-def _pydantic_ai(speed: float, approval_timeout: float) -> Turn:
+class Scenario:
+    """One framework's demo agent: ``agent`` (what its ``chat_agent`` takes) and
+    ``turn(tracker, number)``, the tool-card page's turn."""
+
+    def __init__(self, agent: Any, turn: Turn) -> None:
+        self.agent = agent
+        self.turn = turn
+
+
+def _pydantic_ai(speed: float, approval_timeout: float) -> Scenario:
     import json
 
     from pydantic_ai import Agent, DeferredToolRequests, RunContext, ToolFailed
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
     from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
     from toolstream.integrations.pydantic_ai import (
@@ -54,15 +104,32 @@ def _pydantic_ai(speed: float, approval_timeout: float) -> Turn:
         report_progress,
     )
 
-    state = {"turn": 0}
+    script = Script()
 
     async def model(messages: list[Any], info: AgentInfo) -> Any:
-        step = len(messages) // 2  # a request, then a response and a request per step
-        calls = _calls(state["turn"], step)
+        asked = max(
+            (
+                i
+                for i, m in enumerate(messages)
+                if isinstance(m, ModelRequest)
+                and any(isinstance(p, UserPromptPart) for p in m.parts)
+            ),
+            default=0,
+        )
+        this_turn = messages[asked:]
+        parts = [p for m in this_turn for p in m.parts]
+        words, calls = script.step(
+            sum(isinstance(m, ModelResponse) for m in this_turn),
+            [p.tool_call_id for p in parts if isinstance(p, ToolCallPart)],
+            " ".join(
+                str(p.content)
+                for p in parts
+                if isinstance(p, ToolReturnPart) and p.tool_name == "send_email"
+            ),
+        )
+        yield words
         for i, (tool, args, call_id) in enumerate(calls):
             yield {i: DeltaToolCall(name=tool, json_args=json.dumps(args), tool_call_id=call_id)}
-        if not calls:
-            yield "Here is what I found."
 
     agent: Agent[None, Any] = Agent(
         FunctionModel(stream_function=model), output_type=[str, DeferredToolRequests]
@@ -87,10 +154,10 @@ def _pydantic_ai(speed: float, approval_timeout: float) -> Turn:
 
     @agent.tool_plain(requires_approval=True)
     async def send_email(to: str) -> str:
+        await anyio.sleep(0.3 / speed)
         return f"sent to {to}"
 
     async def turn(tracker: Tracker, number: int) -> None:
-        state["turn"] = number
         hooks = [capability(tracker, approval_timeout=approval_timeout)]
         result = await agent.run("Research structured concurrency", capabilities=hooks)
         if isinstance(result.output, DeferredToolRequests):
@@ -101,27 +168,64 @@ def _pydantic_ai(speed: float, approval_timeout: float) -> Turn:
                 capabilities=hooks,
             )
 
-    return turn
+    return Scenario(agent, turn)
 
 
-def _openai_agents(speed: float, approval_timeout: float) -> Turn:
+def _openai_agents(speed: float, approval_timeout: float) -> Scenario:
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     from agents import Agent, Runner, function_tool, set_tracing_disabled
-    from agents.testing import ScriptedModel, assistant_message, function_call
+    from agents.testing import (
+        ModelCall,
+        ModelStep,
+        ScriptedModel,
+        assistant_message,
+        function_call,
+    )
+    from agents.tool_context import ToolContext
 
     from toolstream.integrations.openai_agents import (
         ToolstreamHooks,
         apply_decisions,
+        report_progress,
         run_config,
         track_run,
     )
 
     set_tracing_disabled(True)
+    script = Script()
+    model = ScriptedModel()
+
+    def respond(call: ModelCall) -> ModelStep:
+        model.enqueue(ModelStep.respond(respond))  # the next call is answered the same way
+        given = call.input
+        items: list[Any] = given if isinstance(given, list) else [{"role": "user"}]
+        asked = max((i for i, item in enumerate(items) if _get(item, "role") == "user"), default=0)
+        this_turn = items[asked + 1 :]
+        called = [
+            str(_get(item, "call_id"))
+            for item in this_turn
+            if _get(item, "type") == "function_call"
+        ]
+        email = " ".join(
+            str(_get(item, "output"))
+            for item in this_turn
+            if _get(item, "type") == "function_call_output"
+            and str(_get(item, "call_id")).endswith("_email")
+        )
+        step = sum(1 for item in this_turn if _get(item, "role") == "assistant")
+        words, calls = script.step(step, called, email)
+        output: list[Any] = [assistant_message(words)]
+        output += [function_call(t, a, call_id=c) for t, a, c in calls]
+        return ModelStep(output=output)
+
+    model.enqueue(ModelStep.respond(respond))
 
     @function_tool
-    async def web_search(query: str) -> list[str]:
+    async def web_search(ctx: ToolContext[Any], query: str) -> list[str]:
         """Search the web."""
-        await anyio.sleep(0.8 / speed)
+        for i in range(4):
+            await anyio.sleep(0.2 / speed)
+            report_progress(ctx, (i + 1) / 4, message=f"fetched {i + 1} of 4 result pages")
         return _PAGES
 
     @function_tool
@@ -137,25 +241,18 @@ def _openai_agents(speed: float, approval_timeout: float) -> Turn:
         raise RuntimeError("command failed: exit code 2")
 
     @function_tool(needs_approval=True)
-    def send_email(to: str) -> str:
+    async def send_email(to: str) -> str:
         """Send an email."""
+        await anyio.sleep(0.3 / speed)
         return f"sent to {to}"
 
     tools: list[Any] = [web_search, fetch_page, run_shell, send_email]
+    agent: Agent[Any] = Agent(name="researcher", model=model, tools=tools)
 
     async def turn(tracker: Tracker, number: int) -> None:
-        model = ScriptedModel(
-            [
-                [function_call(t, a, call_id=c) for t, a, c in _calls(number, 0)],
-                [function_call(t, a, call_id=c) for t, a, c in _calls(number, 1)],
-                [assistant_message("Here is what I found.")],
-            ]
-        )
-        agent: Agent[Any] = Agent(name="researcher", model=model, tools=tools)
         hooks, config = ToolstreamHooks(tracker), run_config(tracker)
-        result = Runner.run_streamed(
-            agent, "Research structured concurrency", hooks=hooks, run_config=config
-        )
+        prompt: list[Any] = [{"role": "user", "content": "Research structured concurrency"}]
+        result = Runner.run_streamed(agent, prompt, hooks=hooks, run_config=config)
         async for _ in track_run(tracker, result, approval_timeout=approval_timeout):
             pass
         if result.interruptions:
@@ -164,10 +261,15 @@ def _openai_agents(speed: float, approval_timeout: float) -> Turn:
             async for _ in track_run(tracker, resumed):
                 pass
 
-    return turn
+    return Scenario(agent, turn)
 
 
-def _langgraph(speed: float, approval_timeout: float) -> Turn:
+def _get(item: Any, name: str) -> Any:
+    """A field of an Agents SDK input item (a dict, or a model object)."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _langgraph(speed: float, approval_timeout: float) -> Scenario:
     import json
     from typing import Annotated
 
@@ -182,7 +284,7 @@ def _langgraph(speed: float, approval_timeout: float) -> Turn:
 
     from toolstream.integrations.langgraph import report_progress, resume_command, track_graph
 
-    script = {"turn": 0}
+    script = Script()
 
     class Scripted(BaseChatModel):
         @property
@@ -198,11 +300,20 @@ def _langgraph(speed: float, approval_timeout: float) -> Turn:
         async def _astream(
             self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
         ) -> Any:
-            step = sum(1 for m in messages if getattr(m, "type", "") == "ai")
-            calls = _calls(script["turn"], step)
-            if not calls:
-                yield ChatGenerationChunk(message=AIMessageChunk(content="Here is what I found."))
-                return
+            # The thread holds every turn (the checkpointer): this turn began at the
+            # user's last message.
+            asked = max((i for i, m in enumerate(messages) if m.type == "human"), default=0)
+            this_turn = messages[asked:]
+            words, calls = script.step(
+                sum(1 for m in this_turn if m.type == "ai"),
+                [c["id"] for m in this_turn if m.type == "ai" for c in m.tool_calls],
+                " ".join(
+                    str(m.content)
+                    for m in this_turn
+                    if m.type == "tool" and getattr(m, "name", None) == "send_email"
+                ),
+            )
+            yield ChatGenerationChunk(message=AIMessageChunk(content=words))
             for i, (name, args, call_id) in enumerate(calls):
                 part: Any = {
                     "name": name,
@@ -239,7 +350,10 @@ def _langgraph(speed: float, approval_timeout: float) -> Turn:
     async def send_email(to: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
         """Send an email once a person approves."""
         decision = interrupt({"tool_call_id": tool_call_id, "reason": "Sends an email to the team"})
-        return f"sent to {to}" if decision["approved"] else "not sent"
+        if not decision["approved"]:
+            return "not sent"
+        await anyio.sleep(0.3 / speed)
+        return f"sent to {to}"
 
     model = Scripted()
 
@@ -258,7 +372,6 @@ def _langgraph(speed: float, approval_timeout: float) -> Turn:
     graph = builder.compile(checkpointer=InMemorySaver())
 
     async def turn(tracker: Tracker, number: int) -> None:
-        script["turn"] = number
         config: Any = {"configurable": {"thread_id": f"demo-{number}"}}
         given: Any = {"messages": [("user", "Research structured concurrency")]}
         async for _ in track_graph(
@@ -271,7 +384,7 @@ def _langgraph(speed: float, approval_timeout: float) -> Turn:
             async for _ in track_graph(tracker, graph, command, config):
                 pass
 
-    return turn
+    return Scenario(graph, turn)
 
 
 #: The integration module each framework's demo needs (its ImportError names the extra).
@@ -314,11 +427,20 @@ def agent_runner(name: str) -> AgentRunner:
     return run
 
 
-_BUILDERS: dict[str, Callable[[float, float], Turn]] = {
+_BUILDERS: dict[str, Callable[[float, float], Scenario]] = {
     "pydantic-ai": _pydantic_ai,
     "openai-agents": _openai_agents,
     "langgraph": _langgraph,
 }
+
+
+def _scenario(name: str, speed: float, approval_timeout: float) -> Scenario:
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown agent {name!r}: one of {', '.join(AGENTS)}")
+    import importlib
+
+    importlib.import_module(_MODULES[name])  # first: its ImportError names the extra
+    return _BUILDERS[name](speed, approval_timeout)
 
 
 async def run_framework_agent(
@@ -329,14 +451,34 @@ async def run_framework_agent(
     speed: float = 1.0,
     approval_timeout: float = 20.0,
 ) -> None:
-    """Run the scenario through framework ``name`` forever (or ``turns`` times).
+    """Run the scenario through framework ``name`` forever (or ``turns`` times), each
+    turn one run however often the framework is invoked in it (as a chat turn is).
     ``ImportError`` naming the extra when the framework is not installed."""
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown agent {name!r}: one of {', '.join(AGENTS)}")
-    turn = _BUILDERS[name](speed, approval_timeout / speed)
+    turn = _scenario(name, speed, approval_timeout / speed).turn
     number = 1
     while turns is None or number <= turns:
-        await turn(tracker, number)
+        async with tracker.run(title=f"Turn {number}: research structured concurrency"):
+            await turn(tracker, number)
         number += 1
         if turns is None or number <= turns:
             await anyio.sleep(1.5 / speed)
+
+
+def chat_turns(name: str, *, speed: float = 1.0, approval_timeout: float = 300.0) -> StartTurn:
+    """The chat page's ``start_turn`` for framework ``name``: its integration's
+    ``chat_agent`` over the scenario's agent (an agent of its own, not the tool-card
+    page's). ``approval_timeout``: seconds at speed 1. ``ImportError`` naming the extra
+    when the framework is not installed."""
+    scenario = _scenario(name, speed, approval_timeout / speed)
+    timeout = approval_timeout / speed
+    if name == "langgraph":
+        from toolstream.integrations.langgraph import chat_agent as langgraph_chat
+
+        return langgraph_chat(scenario.agent, approval_timeout=timeout)
+    if name == "pydantic-ai":
+        from toolstream.integrations.pydantic_ai import chat_agent as pydantic_ai_chat
+
+        return pydantic_ai_chat(scenario.agent, approval_timeout=timeout)
+    from toolstream.integrations.openai_agents import chat_agent as openai_agents_chat
+
+    return openai_agents_chat(scenario.agent, approval_timeout=timeout)

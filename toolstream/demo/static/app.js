@@ -145,7 +145,18 @@ function reset(e) {
     const t = turn(r.run_id);
     Object.assign(t, {title: r.title || r.run_id, state: r.state, started: r.started_ts, ended: r.ended_ts});
   }
-  for (const s of e.snapshot.calls) {
+  // Calls and the agent's text are placed in the order they were first seen: a page
+  // opened mid-turn must show them as the live stream would have, not calls first.
+  const items = [...e.snapshot.calls.map((s) => ["call", s]),
+    ...(e.snapshot.messages || []).map((s) => ["message", s])];
+  items.sort((a, b) => byFirstEvent(a[1], b[1]));
+  for (const [kind, s] of items) {
+    if (kind === "message") {
+      const m = message({message_id: s.message_id, run_id: s.run_id});
+      Object.assign(m, {text: (s.text || "").slice(-MAX_SAID), reasoning: (s.reasoning || "").slice(-MAX_SAID),
+        finished: !!s.finished});
+      continue;
+    }
     const c = call(s);
     Object.assign(c, {state: s.state, fraction: s.fraction, message: s.message || "", summary: s.summary || "",
       output: wholeLines(s.output_text || ""), args: (s.args_text || "").slice(-300), reason: s.reason || "",
@@ -155,12 +166,16 @@ function reset(e) {
     dirty.add(s.call_id); dirtyRuns.add(c.run_id);
   }
   for (const b of e.snapshot.batches) { state.batches.set(b.batch_id, b); dirtyBatches.add(b.batch_id); }
-  for (const s of e.snapshot.messages || []) {
-    const m = message({message_id: s.message_id, run_id: s.run_id});
-    Object.assign(m, {text: (s.text || "").slice(-MAX_SAID), reasoning: (s.reasoning || "").slice(-MAX_SAID),
-      finished: !!s.finished});
-  }
   trim();
+}
+function seqOf(id) {   // the sequence of an event id ("<epoch>-<seq>"), as digits; null if none
+  const seq = typeof id === "string" ? id.slice(id.lastIndexOf("-") + 1) : "";
+  return /^[0-9]+$/.test(seq) ? seq : null;
+}
+function byFirstEvent(a, b) {   // by first_event_id's sequence (no BigInt needed: digits compare by length, then text)
+  const x = seqOf(a.first_event_id), y = seqOf(b.first_event_id);
+  if (x === null || y === null) return (x === null) - (y === null);   // without one: last, in their order
+  return x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
 }
 function trim() {   // the newest MAX_FINISHED finished calls, and the turns that still hold one
   const finished = [...state.calls.values()].filter((c) => TERMINAL.has(c.state));

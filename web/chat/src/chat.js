@@ -167,6 +167,19 @@ function messageView(message) {
   );
 }
 
+// The response ended at an approval request: the turn is not over, it waits for a click.
+function waitingForApproval() {
+  const last = state.messages[state.messages.length - 1];
+  return chat.status === 'ready' && last?.role === 'assistant' &&
+    last.parts.some((p) => p.state === 'approval-requested');
+}
+
+function statusOf() {
+  if (lastError) return { text: `error: ${lastError}`, kind: 'down' };
+  if (waitingForApproval()) return { text: 'waiting for your approval', kind: 'waiting' };
+  return { text: chat.status, kind: chat.status === 'ready' ? '' : 'live' };
+}
+
 let scheduled = false;
 function render() {
   if (scheduled) return;
@@ -174,12 +187,14 @@ function render() {
   requestAnimationFrame(() => {
     scheduled = false;
     log.replaceChildren(...state.messages.map(messageView));
-    $('#status').textContent = lastError ? `error: ${lastError}` : chat.status;
-    $('#status').className = `status ${lastError ? 'down' : chat.status === 'ready' ? '' : 'live'}`;
+    const shown = statusOf();
+    $('#status').textContent = shown.text;
+    $('#status').className = `status ${shown.kind}`;
     $('#send').disabled = chat.status === 'submitted' || chat.status === 'streaming';
     $('#stop').disabled = !(chat.status === 'submitted' || chat.status === 'streaming');
     $('#chat-id').textContent = chat.id;
-    window.chatView = { status: chat.status, error: lastError, messages: state.messages };
+    $('#chat-id').title = chat.id; // the whole id, where the header shortens it
+    window.chatView = { status: chat.status, shown: shown.text, error: lastError, messages: state.messages };
   });
 }
 
