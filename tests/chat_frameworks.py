@@ -45,6 +45,15 @@ FIRST: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
+def first_call(text: str) -> tuple[str, str, dict[str, Any]]:
+    """The model's first response for the user's words: (text, tool, args). "slowly"
+    makes the email take 3 s once approved (a cut and a resume land while it runs)."""
+    said, name, args = FIRST[scenario_of(text)]
+    if name == "send_email" and "slowly" in text.lower():
+        args = {**args, "seconds": 3}
+    return said, name, args
+
+
 def scenario_of(text: str) -> str:
     """The scenario the user's words pick."""
     for name in ("weather", "build", "email", "story", "wait", "crash"):
@@ -70,9 +79,9 @@ def call_id(scenario: str, n: int) -> str:
     return f"call_{scenario}_{n}"
 
 
-async def send_email(to: str) -> dict[str, Any]:
+async def send_email(to: str, seconds: float = 0.5) -> dict[str, Any]:
     """Send an email."""
-    await anyio.sleep(0.5)
+    await anyio.sleep(seconds)
     return {"sent": True}
 
 
@@ -142,7 +151,7 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
                 said = last_words(scenario, str(answered[-1].content))
                 yield ChatGenerationChunk(message=AIMessageChunk(content=said))
                 return
-            text, name, args = FIRST[scenario]
+            text, name, args = first_call(str(messages[human].content))
             words = STORY if scenario == "story" else [text]
             for word in words:
                 yield ChatGenerationChunk(message=AIMessageChunk(content=word))
@@ -174,13 +183,13 @@ def langgraph_agent(*, hitl: bool = False) -> Any:
 
     @tool
     async def send_email_asking(
-        to: str, tool_call_id: Annotated[str, InjectedToolCallId]
+        to: str, tool_call_id: Annotated[str, InjectedToolCallId], seconds: float = 0.5
     ) -> dict[str, Any]:
         """Send an email (a person approves it first)."""
         decision = interrupt({"tool_call_id": tool_call_id, "reason": "Sends an email"})
         if not decision["approved"]:
             return {"sent": False}
-        await anyio.sleep(0.5)
+        await anyio.sleep(seconds)
         return {"sent": True}
 
     plain = [tool(send_email), tool(lookup), tool(sleep)]
@@ -245,7 +254,7 @@ def pydantic_ai_agent() -> Any:
         if responses:
             yield last_words(scenario, answered.replace('\\"', '"'))
             return
-        text, name, args = FIRST[scenario]
+        text, name, args = first_call(prompt)
         for word in STORY if scenario == "story" else [text]:
             yield word
             if scenario == "story":
@@ -312,7 +321,7 @@ def openai_agents_agent() -> Any:
             return ModelStep.stream(_crashing(assistant_message("Thinking.")))
         if seen:
             return ModelStep(output=[assistant_message(last_words(scenario, answered))])
-        text, name, args = FIRST[scenario]
+        text, name, args = first_call(prompt)
         turns["n"] += 1
         output = [
             assistant_message(text),

@@ -9,8 +9,8 @@ The user's words pick the scenario; the agent's messages and calls are exactly t
   fails with an error mentioning ``exit code 1`` -> text ``The build failed.``
 - ``email``: text ``I will email the team.`` -> ``send_email`` ``{"to":
   "team@example.com"}``, which needs a person's approval (``Sends an email``) and runs
-  0.5 s once approved, returning ``{"sent": true}`` -> text ``Sent.``; denied, the call
-  never runs -> text ``Not sent.``
+  0.5 s once approved (3 s when the user says "slowly"), returning ``{"sent": true}``
+  -> text ``Sent.``; denied, the call never runs -> text ``Not sent.``
 - ``story``: 30 words (``word0 `` ... ``word29 ``, one every 0.05 s) -> ``lookup``
   ``{"q": "ending"}`` returning ``{"ok": 1}`` after 0.2 s -> text ``The end.``
 - ``wait``: text ``Working on it.`` -> ``sleep`` ``{"seconds": 30}`` (a client stops it)
@@ -73,7 +73,7 @@ async def run_script(bus: ts.Bus, session: str, run_id: str, text: str, pace: fl
                 async with tracker.call(
                     "send_email", {"to": "team@example.com"}, approval="Sends an email"
                 ) as call:
-                    await anyio.sleep(10 * pace)
+                    await anyio.sleep((60 if "slowly" in words else 10) * pace)
                     call.complete({"sent": True})
                 said = "Sent."
             except ts.ApprovalDenied:

@@ -24,6 +24,8 @@ const PROMPTS = {
   weather: 'What is the weather in Paris?',
   build: 'Run the build.',
   email: 'Email the team, please.',
+  // The approved call then runs 3 s (not 0.5 s): a cut and a resume land while it runs.
+  emailSlowly: 'Email the team slowly, please.',
   story: 'Tell me a story.',
   wait: 'Please wait for it.',
   crash: 'Make it crash.',
@@ -150,10 +152,10 @@ const SCENARIOS = {
 
   async 'reload-after-approval'(s) {
     const chat = s.open();
-    await chat.sendMessage({ text: PROMPTS.email });
+    await chat.sendMessage({ text: PROMPTS.emailSlowly });
     const part = await s.asked();
     await s.decide(part, true);
-    // The continuation has begun: the approved call runs (0.5 s). Cut it there.
+    // The continuation has begun: the approved call runs (3 s). Cut it there.
     await s.until('the continuation', () => s.responses.length >= 2 && s.responses[1].status !== null);
     s.steps.push({ step: 'cut', parts: last(chat).parts });
     await chat.stop();

@@ -56,6 +56,8 @@ PAGE_SCENARIOS = ["weather", "approve", "deny", "reload", "reload-after-approval
 PROMPTS = {
     "weather": "What is the weather in Paris?",
     "email": "Email the team, please.",
+    # The approved call then runs 3 s (not 0.5 s): a reload lands while it runs.
+    "email-slowly": "Email the team slowly, please.",
     "story": "Tell me a story.",
 }
 
@@ -302,10 +304,10 @@ def page_reload(s: PageScenario) -> None:
 
 
 def page_reload_after_approval(s: PageScenario) -> None:
-    s.send(PROMPTS["email"])
+    s.send(PROMPTS["email-slowly"])
     s.asked()
     s.page.click(APPROVE)
-    # The continuation has begun: the approved call runs (0.5 s). Reload there.
+    # The continuation has begun: the approved call runs (3 s). Reload there.
     wait_for(s.page, "window.chatLog.responses.length >= 3 && window.chatLog.responses[2].status")
     s.steps.append(
         {"step": "cut", "parts": s.page.evaluate("window.chatView.messages.at(-1).parts")}
