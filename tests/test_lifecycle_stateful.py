@@ -29,6 +29,7 @@ OPS = (
     "deny",
     "await_approval",
     "request_approval",  # async: played by the scoped_call rule
+    "subagent",
 )
 
 
@@ -36,8 +37,18 @@ class Boom(Exception):
     pass
 
 
-def apply_op(handle: ts.CallHandle, op: str, arg: int) -> None:
-    if op == "args_delta":
+def apply_op(
+    handle: ts.CallHandle, op: str, arg: int, runs: list[ts.RunScope] | None = None
+) -> None:
+    if op == "subagent":
+        # a sub-agent's run under the call (started by hand: later creates may join it)
+        try:
+            run = handle.subagent(None if arg % 2 else f"agent {arg}").start()
+        except ts.LifecycleError:
+            return  # past max_subagent_depth: refused loudly, strict or not
+        if runs is not None and run.parent_call_id is not None:
+            runs.append(run)
+    elif op == "args_delta":
         # the key is a token of its own, as keys are in the wild (see docs/decisions.md)
         handle.args_delta(['{"a": ', "1", "}", '"x', " sk-AbCdEfGhIjKlMnOpQr "][arg % 5])
     elif op == "ready":
@@ -72,7 +83,7 @@ class Lifecycles(RuleBasedStateMachine):
         super().__init__()
         self.bus = ts.EventBus(replay=100_000)
         self.sub = self.bus.subscribe(session="s", buffer=1_000_000)
-        self.tracker = ts.Tracker(self.bus, "s", coalesce=0.0)
+        self.tracker = ts.Tracker(self.bus, "s", coalesce=0.0, max_subagent_depth=2)
         self.handles: list[ts.CallHandle] = []
         self.runs: list[ts.RunScope] = []
         self.events: list[ts.Event] = []
@@ -87,7 +98,7 @@ class Lifecycles(RuleBasedStateMachine):
     @precondition(lambda self: self.handles)
     @rule(index=st.integers(0, 1000), op=st.sampled_from(OPS), arg=st.integers(0, 20))
     def report(self, index: int, op: str, arg: int) -> None:
-        apply_op(self.handles[index % len(self.handles)], op, arg)
+        apply_op(self.handles[index % len(self.handles)], op, arg, self.runs)
 
     @rule()
     def start_run(self) -> None:
@@ -96,7 +107,10 @@ class Lifecycles(RuleBasedStateMachine):
     @precondition(lambda self: self.runs)
     @rule(outcome=st.sampled_from(["completed", "failed", "cancelled", "interrupted"]))
     def finish_run(self, outcome: str) -> None:
-        self.runs.pop().finish(outcome, error="x" if outcome == "failed" else None)  # type: ignore[arg-type]
+        run = self.runs.pop()
+        if run.finished:
+            return  # a sub-agent's run its parent call's end ended already
+        run.finish(outcome, error="x" if outcome == "failed" else None)  # type: ignore[arg-type]
 
     @rule(index=st.integers(0, 1000), verdict=st.sampled_from(["approve", "deny", "edit"]))
     def decide(self, index: int, verdict: str) -> None:
@@ -150,6 +164,9 @@ class Lifecycles(RuleBasedStateMachine):
                 "expire",
                 "request",
                 "cancel_waiting",
+                "subagent",
+                "subagent_cancel",
+                "subagent_left_open",
             ]
         ),
         backend=st.sampled_from(["asyncio", "trio"]),
@@ -218,6 +235,25 @@ class Lifecycles(RuleBasedStateMachine):
                 elif ending == "request":
                     decision = await call.request_approval("more", timeout=2)
                     call.complete(decision.approved)
+                elif ending.startswith("subagent"):
+                    await subagent(call, scope)
+
+        async def subagent(call: ts.CallHandle, scope: anyio.CancelScope) -> None:
+            if ending == "subagent_left_open":
+                # started by hand and never finished: the call's end ends it first
+                run = call.subagent("helper").start()
+                tracker.create("inner", run_id=run.run_id).start()
+                return
+            async with call.subagent("helper"):
+                inner = tracker.create("inner")
+                inner.start()
+                async with tracker.call("inner_scoped") as nested, tracker.run():
+                    nested.progress(0.5)  # a run in a call's block: its sub-agent
+                    tracker.create("deepest").start()
+                    if ending == "subagent_cancel":  # the parent cancelled mid-sub-run
+                        scope.cancel()
+                        await anyio.sleep(1)
+                inner.complete(1)
 
         anyio.run(body, backend=backend)
 
@@ -235,8 +271,8 @@ class Lifecycles(RuleBasedStateMachine):
         def work() -> None:
             fresh = tracker.create("threaded")
             for index, op, arg in ops:
-                apply_op(handles[index % len(handles)], op, arg)
-                apply_op(fresh, op, arg)
+                apply_op(handles[index % len(handles)], op, arg, self.runs)
+                apply_op(fresh, op, arg, self.runs)
 
         if own_loop:
 
@@ -276,6 +312,11 @@ class Lifecycles(RuleBasedStateMachine):
                 terminals[e.call_id] = terminals.get(e.call_id, 0) + 1
         announced = {e.call_id for e in self.events if e.call_id}
         assert terminals == dict.fromkeys(announced, 1)
+        # every run, sub-agents' included, started once and finished once
+        started = [e.run_id for e in self.events if isinstance(e, ts.RunStarted)]
+        finished = [e.run_id for e in self.events if isinstance(e, ts.RunFinished)]
+        assert sorted(map(str, started)) == sorted(map(str, finished))
+        assert len(set(started)) == len(started)
         assert not any("AbCdEfGhIjKlMnOpQr" in repr(ts.to_dict(e)) for e in self.events)
         self.bus.close()
 

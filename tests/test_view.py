@@ -210,9 +210,10 @@ def test_a_call_record_starts_empty_and_copies_whole() -> None:
     from toolstream._core.view import _FIELDS, _Call
 
     rec = _Call("c1", "search")
-    set_by_init = {"call_id", "tool", "state", "args_text", "output_text"}
+    set_by_init = {"call_id", "tool", "state", "args_text", "output_text", "subruns"}
     assert all(getattr(rec, name) is None for name in _FIELDS if name not in set_by_init)
     assert (rec.call_id, rec.tool, rec.state) == ("c1", "search", ts.CallState.CREATED)
+    assert rec.subruns == ()
     assert (rec.args_text, rec.output_text, rec.args_parts, rec.output_len) == ("", "", [], 0)
     assert rec._snap is None
     rec.args_parts.append('{"q"')

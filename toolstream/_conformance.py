@@ -230,6 +230,104 @@ async def check_run_subscription(factory: BusFactory) -> None:
         await bus.aclose()
 
 
+def _session_with_subagents(bus: Bus) -> list[Event]:
+    """Run r1 whose call c1 runs a sub-agent (s1) whose call c2 runs one (s2); run r2
+    with a sub-agent of its own (x1) interleaved, as published."""
+    p = bus.publish
+    return [
+        p(RunStarted, session="s", run_id="r1"),
+        p(ToolStarted, session="s", run_id="r1", call_id="c1", tool="research"),
+        p(RunStarted, session="s", run_id="r2"),
+        p(
+            RunStarted,
+            session="s",
+            run_id="s1",
+            parent_call_id="c1",
+            parent_run_id="r1",
+            agent="researcher",
+        ),
+        p(ToolStarted, session="s", run_id="s1", call_id="c2", tool="t", parent_call_id="c1"),
+        p(ToolStarted, session="s", run_id="r2", call_id="o1", tool="t"),
+        p(RunStarted, session="s", run_id="x1", parent_call_id="o1", parent_run_id="r2"),
+        p(
+            RunStarted,
+            session="s",
+            run_id="s2",
+            parent_call_id="c2",
+            parent_run_id="s1",
+            agent="reader",
+        ),
+        p(ToolStarted, session="s", run_id="x1", call_id="o2", tool="t", parent_call_id="o1"),
+        p(ToolStarted, session="s", run_id="s2", call_id="c3", tool="t", parent_call_id="c2"),
+        p(ToolCompleted, session="s", run_id="s2", call_id="c3", tool="t", parent_call_id="c2"),
+        p(RunFinished, session="s", run_id="s2", parent_call_id="c2"),
+        p(ToolCompleted, session="s", run_id="s1", call_id="c2", tool="t", parent_call_id="c1"),
+        p(RunFinished, session="s", run_id="s1", parent_call_id="c1"),
+        p(ToolCompleted, session="s", run_id="r1", call_id="c1", tool="research"),
+        p(RunFinished, session="s", run_id="r1"),
+        p(ToolCompleted, session="s", run_id="x1", call_id="o2", tool="t", parent_call_id="o1"),
+    ]
+
+
+async def check_run_subscription_follows_subagents(factory: BusFactory) -> None:
+    """``run=X`` delivers X's events and those of its sub-agents' runs at any depth
+    (``run.started`` with a ``parent_run_id`` in the tree), never another run's; resumed
+    mid-sub-run its ``history`` holds the tree's events; a finished run's reset shows
+    the whole tree."""
+    bus = await _make(factory)
+    try:
+        whole = bus.subscribe(session="s", run="r1")
+        published = _session_with_subagents(bus)
+        tree = {"r1", "s1", "s2"}
+        mine = [e for e in published if e.run_id in tree]
+        got = []
+        with anyio.fail_after(_DEADLINE):
+            async for event in whole:
+                got.append(event)
+        whole.close()
+        assert [e.id for e in got] == [e.id for e in mine], [(e.type, e.run_id) for e in got]
+        # a sub-agent's run on its own: it and its sub-agents
+        got = []
+        with anyio.fail_after(_DEADLINE):
+            async with bus.resume(session="s", after=_first_id(bus), run="s1") as sub:
+                async for event in sub:
+                    got.append(event)
+        inner = [e for e in published if e.run_id in ("s1", "s2")]
+        assert [e.id for e in got] == [e.id for e in inner], [(e.type, e.run_id) for e in got]
+        # resumed in the middle of the deeper sub-run
+        cut = next(e for e in published if e.call_id == "c3")
+        async with bus.resume(session="s", after=cut.id, run="r1") as sub:
+            await sub.prepare()
+            assert sub.origin is not None
+            assert not sub.origin.reset
+            seen = [e for e in mine if bus.compare(e.id, cut.id) <= 0]
+            assert [e.id for e in sub.origin.history] == [e.id for e in seen]
+            state = sub.origin.state
+            assert state is not None
+            assert {r.run_id for r in state.runs} == tree, state.runs
+            rest = [e for e in mine if bus.compare(e.id, cut.id) > 0]
+            assert [e.id for e in await _drain(sub, len(rest))] == [e.id for e in rest]
+        # the run is over: its reset, with the whole tree
+        got = []
+        with anyio.fail_after(_DEADLINE):
+            async with bus.subscribe(session="s", run="r1") as late:
+                async for event in late:
+                    got.append(event)
+        assert len(got) == 1, got
+        assert isinstance(got[0], StreamReset), got
+        snap = got[0].snapshot
+        assert {c.call_id for c in snap.calls} == {"c1", "c2", "c3"}, snap.calls
+        runs = {r.run_id: r for r in snap.runs}
+        assert set(runs) == tree, runs
+        assert (runs["s2"].parent_call_id, runs["s2"].parent_run_id) == ("c2", "s1")
+        assert runs["s1"].agent == "researcher"
+        calls = {c.call_id: c for c in snap.calls}
+        assert calls["c1"].subruns == ("s1",), calls["c1"]
+        assert calls["c2"].subruns == ("s2",), calls["c2"]
+    finally:
+        await bus.aclose()
+
+
 async def check_disconnect_policy(factory: BusFactory) -> None:
     """A subscriber further behind than ``buffer`` is cut with ``SlowConsumer``; the
     publisher never waits for it and other subscribers lose nothing."""
@@ -765,6 +863,7 @@ _CHECKS: tuple[Callable[[BusFactory], Awaitable[None]], ...] = (
     check_snapshot_first,
     check_types_filter,
     check_run_subscription,
+    check_run_subscription_follows_subagents,
     check_disconnect_policy,
     check_coalesce_policy,
     check_partial_output_kept,

@@ -176,7 +176,9 @@ def assert_lifecycle(
     terminal, exactly one terminal ends it and nothing follows; every announced
     call ended (unless ``allow_open``); a run's calls ended before its
     ``run.finished`` (a run finished ``interrupted`` may leave calls awaiting
-    approval open), and each run started and finished once; every approval requested
+    approval open), and each run started and finished once; a sub-agent's run starts
+    under an announced call that has not ended, and finishes before that call's
+    terminal (children before their parent); every approval requested
     is resolved exactly once (unless ``allow_open``), and only a requested one; every
     message starts once, gets text only while open, finishes once, and before its run's
     ``run.finished``.
@@ -191,18 +193,35 @@ def assert_lifecycle(
     ended: dict[str, Event] = {}
     runs_started: set[str] = set()
     runs_finished: set[str] = set()
+    subruns: dict[str, set[str]] = {}  # call id -> its sub-agents' runs not finished
+    parent_of_run: dict[str, str] = {}  # a sub-agent's run -> its parent call
     for event in events:
         kind = type(event)
         if kind is RunStarted:
             run = event.run_id or ""
             assert run not in runs_started, f"run {run!r} started twice"
             runs_started.add(run)
+            parent = event.parent_call_id
+            if parent is not None:
+                assert parent in state, f"sub-agent run {run!r} under unknown call {parent!r}"
+                assert parent not in ended, (
+                    f"sub-agent run {run!r} started under call {parent!r} after its end"
+                )
+                subruns.setdefault(parent, set()).add(run)
+                parent_of_run[run] = parent
             continue
         if kind is RunFinished:
             run = event.run_id or ""
             assert run not in runs_finished, f"run {run!r} finished twice"
             runs_finished.add(run)
+            for open_runs in subruns.values():
+                open_runs.discard(run)
             waiting = set(approvals.values())
+            for call in list(waiting):  # a call whose sub-agent waits is suspended too
+                up = parent_of_run.get(run_of.get(call) or "")
+                while up is not None and up not in waiting:
+                    waiting.add(up)
+                    up = parent_of_run.get(run_of.get(up) or "")
             interrupted = getattr(event, "outcome", None) == "interrupted"
             still_open = [
                 c
@@ -249,6 +268,10 @@ def assert_lifecycle(
             )
         elif kind in _TERMINALS:
             ended[call_id] = event
+            left = subruns.pop(call_id, None)
+            assert not left, (
+                f"call {call_id!r} ended (id {event.id}) before its sub-agent runs {sorted(left)}"
+            )
             undecided = [a for a, c in approvals.items() if c == call_id]
             assert not undecided, f"call {call_id!r} ended with approval {undecided} undecided"
         elif kind is ApprovalRequested:

@@ -240,7 +240,7 @@ class FedSubscription(Subscription[E_co]):
         retained = begin.retained
         start = start_position(
             request,
-            self.matches,
+            self._kinds_match,
             retained,
             session=self.session or "",
             epoch=begin.epoch,
@@ -292,6 +292,8 @@ class FedSubscription(Subscription[E_co]):
         log = self._log
         assert log is not None
         with self._feeder.lock:
+            if self.run is not None:  # the run's sub-agents the broker still knows
+                self._tree.update(r.run_id for r in reset.snapshot.runs)
             self._pending = [*self._pending, reset]  # replaced: the empty one is shared
             wakes = log.take_waiters() + self._feeder.take_wakes()
         wake_all(wakes)

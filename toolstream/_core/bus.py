@@ -603,7 +603,7 @@ class EventBus:
             log = self._logs.get(session) or self._new_log(session)
             start = start_position(
                 request,
-                sub.matches,
+                sub._kinds_match,
                 self._retained(log),
                 session=session,
                 epoch=self.epoch,

@@ -90,6 +90,12 @@ class RunStarted(Event):
 
     type: ClassVar[str] = "run.started"
     title: str | None = None
+    #: A sub-agent's run: the name of the agent (the parent call's tool by default).
+    #: ``parent_call_id`` is then the call whose sub-agent this run is.
+    agent: str | None = None
+    #: A sub-agent's run: the run of its parent call (what a subscription to that run
+    #: follows into this one).
+    parent_run_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -99,6 +105,9 @@ class RunFinished(Event):
     type: ClassVar[str] = "run.finished"
     outcome: RunOutcome = "completed"
     error: ErrorInfo | None = None
+    #: Why the run ended when nobody finished it: its parent call ended first
+    #: (``"parent call cancelled: ..."``), or its tracker closed.
+    reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -373,6 +382,9 @@ class CallSnapshot:
     first_event_id: str | None = None
     #: Id of the newest event applied to this call.
     last_event_id: str | None = None
+    #: The runs of the call's sub-agents (a call whose tool is itself an agent), oldest
+    #: first: ``runs`` of the snapshot has them, with their own calls.
+    subruns: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -388,6 +400,14 @@ class RunSnapshot:
     error: ErrorInfo | None = None
     #: Id of the run's ``run.started`` (a replay of the whole run starts at it).
     first_event_id: str | None = None
+    #: A sub-agent's run: the call whose sub-agent it is.
+    parent_call_id: str | None = None
+    #: A sub-agent's run: the run of that call.
+    parent_run_id: str | None = None
+    #: A sub-agent's run: the agent's name.
+    agent: str | None = None
+    #: Why it ended when nobody finished it (``RunFinished.reason``).
+    reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)

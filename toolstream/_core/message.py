@@ -37,7 +37,16 @@ class MessageHandle:
     violations (dropped with a warning, or raised by a strict tracker).
     """
 
-    __slots__ = ("_kind", "_redactors", "_tracker", "finished", "message_id", "role", "run_id")
+    __slots__ = (
+        "_kind",
+        "_redactors",
+        "_tracker",
+        "finished",
+        "message_id",
+        "parent_call_id",
+        "role",
+        "run_id",
+    )
 
     def __init__(self, tracker: Tracker, message_id: str, role: str, run_id: str | None) -> None:
         self._tracker = tracker
@@ -47,6 +56,8 @@ class MessageHandle:
         self.role = role
         #: The run the message belongs to, if any.
         self.run_id = run_id
+        #: The call whose sub-agent says this message, if any.
+        self.parent_call_id: str | None = None
         #: True after :meth:`finish`.
         self.finished = False
         self._kind: MessageKind | None = None  # the kind of the newest text
@@ -165,7 +176,7 @@ class MessageHandle:
     def _emit(self, cls: type[Event], *values: Any) -> None:
         """Publish ``message.started`` (``values``: the role) or ``message.finished``."""
         t = self._tracker
-        envelope = (t.session, self.run_id, "", "", None, self.message_id)
+        envelope = (t.session, self.run_id, "", "", self.parent_call_id, self.message_id)
         t._emit_values(cls, envelope + values)
 
 

@@ -227,16 +227,38 @@ class RunScope:
     it, and its end closes the calls still open (cancelled, reason ``"run
     finished"``) before ``run.finished``. Or drive it by hand: ``start()`` and
     ``finish(outcome=...)``, passing ``run_id=`` to the calls.
+
+    A run started inside a call's block (or made by :meth:`CallHandle.subagent`) is a
+    *sub-agent's* run, nested under that call: its ``run.started`` carries the call
+    (``parent_call_id``), the run of the call (``parent_run_id``) and the agent's name
+    (``agent``), and the call's end ends it first if it is still open.
     """
 
-    def __init__(self, tracker: Tracker, run_id: str, title: str | None) -> None:
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_id: str,
+        title: str | None,
+        *,
+        parent: CallHandle | None = None,
+        agent: str | None = None,
+    ) -> None:
         self._tracker = tracker
         #: The run's id.
         self.run_id = run_id
         #: A short title for the run, published with ``run.started``.
         self.title = title
+        #: A sub-agent's name (the parent call's tool unless given), once started.
+        self.agent = agent
         self._started = False
         self._finished = False
+        # The call this run is a sub-agent of: given (CallHandle.subagent), or the call
+        # whose block starts it (found at start()).
+        self._parent = parent
+        self._given_parent = parent is not None
+        #: How deep the run is nested: 0 for a run of its own, 1 for a sub-agent's...
+        self.depth = 0
+        self._interrupted = False
         self._token: contextvars.Token[tuple[RunScope, ...]] | None = None
 
     def __repr__(self) -> str:
@@ -246,6 +268,12 @@ class RunScope:
     def finished(self) -> bool:
         """True once ``run.finished`` was published."""
         return self._finished
+
+    @property
+    def parent_call_id(self) -> str | None:
+        """The call whose sub-agent this run is (known once started), if any."""
+        parent = self._parent
+        return None if parent is None else parent.call_id
 
     def start(self) -> Self:
         """Publish ``run.started`` (once)."""
@@ -257,14 +285,36 @@ class RunScope:
                     f"run {self.run_id!r} was already started", self.run_id, "running", "start"
                 )
                 return self
+            parent = self._parent
+            if parent is None:
+                parent = self._parent = _enclosing_call(t)
             if t._closed:
                 t._violation(
                     f"run {self.run_id!r}: the tracker is closed", self.run_id, "closed", "start"
                 )
                 return self
+            if parent is not None and not parent._may_nest(self):
+                if self._given_parent and not parent.hidden:
+                    return self  # a violation: the call ended, or waits for a person
+                parent = self._parent = None  # a run of its own
+            if parent is None:
+                self._started = True
+                t._runs[self.run_id] = self
+                t._publish(RunStarted, run_id=self.run_id, title=title)
+                return self
             self._started = True
+            self.agent = self.agent or parent.tool
             t._runs[self.run_id] = self
-            t._publish(RunStarted, run_id=self.run_id, title=title)
+            t._nested += 1
+            parent._adopt(self)
+            t._publish(
+                RunStarted,
+                run_id=self.run_id,
+                title=title,
+                parent_call_id=parent.call_id,
+                parent_run_id=parent.run_id,
+                agent=self.agent,
+            )
         return self
 
     def finish(
@@ -277,7 +327,8 @@ class RunScope:
 
         ``"interrupted"``: the run stops to wait for a person; its calls waiting for a
         decision (before they run, or asked from inside a running tool the framework
-        suspended) stay open (the run that resumes them adopts them by ``call_id``)."""
+        suspended, or inside a sub-agent of theirs) stay open (the run that resumes them
+        adopts them by ``call_id``)."""
         if outcome not in ("completed", "failed", "cancelled", "interrupted"):
             raise ValueError(
                 f"outcome must be completed, failed, cancelled or interrupted, not {outcome!r}"
@@ -289,19 +340,35 @@ class RunScope:
                 state = "finished" if self._finished else "not started"
                 t._violation(f"run {self.run_id!r} is {state}", self.run_id, state, "finish")
                 return
-            self._finished = True
-            keep = outcome == "interrupted"  # calls waiting for a decision stay open
-            t._close_calls(
-                [
-                    h
-                    for h in t._open.values()
-                    if h.run_id == self.run_id and not (keep and h._approval is not None)
-                ],
-                "run finished",
-            )
-            t._finish_messages(self.run_id)
-            t._runs.pop(self.run_id, None)
-            t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
+            self._finish_locked(outcome, info, None)
+
+    def _finish_locked(
+        self, outcome: RunOutcome, info: ErrorInfo | None, reason: str | None
+    ) -> None:
+        """Close the open calls (with ``reason``, when the run is ended by its parent
+        call's end), then publish ``run.finished`` (the tracker's lock is held)."""
+        t = self._tracker
+        self._finished = True
+        keep = outcome == "interrupted"  # calls waiting for a decision stay open
+        t._close_calls(
+            [h for h in t._open.values() if h.run_id == self.run_id and not (keep and h._waits())],
+            reason or "run finished",
+        )
+        t._finish_messages(self.run_id)
+        t._runs.pop(self.run_id, None)
+        parent = self._parent
+        if parent is not None:
+            t._nested -= 1
+            self._interrupted = keep
+            parent._release(self)
+        t._publish(
+            RunFinished,
+            run_id=self.run_id,
+            outcome=outcome,
+            error=info,
+            reason=None if reason is None else t.payload.text(reason),
+            parent_call_id=None if parent is None else parent.call_id,
+        )
 
     def _end(self, exc: BaseException | None) -> None:
         _reset(current_runs, self._token)
@@ -338,6 +405,16 @@ class RunScope:
         tb: TracebackType | None,
     ) -> None:
         self._end(exc)
+
+
+def _enclosing_call(tracker: Tracker) -> CallHandle | None:
+    """The open call of ``tracker`` whose block a run is started in: the run is that
+    call's sub-agent. (A run of another tracker, even of the same session, is not
+    nested: a call's end could not end it in the same hold of one lock.)"""
+    current = current_call.get()
+    if current is None or current.done or current._tracker is not tracker:
+        return None
+    return current
 
 
 PhaseName = Literal["queued", "running", "done"]
@@ -454,13 +531,16 @@ class Batch:
             state = h.state
             key = state.value if state is not None else "created"
             counts[key] = counts.get(key, 0) + 1
-        self._tracker._publish(
+        t = self._tracker
+        run_id = t._run_for(None)
+        t._publish(
             BatchPhase,
             batch_id=self.batch_id,
             phase=phase,
             call_ids=tuple(h.call_id for h in self._handles if not h.hidden),
             counts=counts,
-            run_id=self._tracker._run_for(None),
+            run_id=run_id,
+            parent_call_id=t._run_parent(run_id) if t._nested else None,
         )
 
     async def __aenter__(self) -> Self:

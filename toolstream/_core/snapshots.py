@@ -43,6 +43,8 @@ def _size(call: CallSnapshot) -> int:
             size += len(text)
     if call.error is not None:
         size += len(call.error.type) + len(call.error.message)
+    if call.subruns:
+        size += sum(len(run) + 8 for run in call.subruns)
     return size
 
 

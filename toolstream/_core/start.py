@@ -16,11 +16,11 @@ from typing import Literal, Protocol, TypeAlias
 
 import attrs
 
-from .events import Event, RunFinished, Snapshot, StreamReset
+from .events import Event, RunFinished, RunStarted, Snapshot, StreamReset
 from .identifiers import check_identifier
 from .ids import make_id, parse_event_id
 from .snapshots import bound_snapshot
-from .view import LiveView
+from .view import LiveView, run_tree
 
 __all__ = [
     "Origin",
@@ -175,6 +175,9 @@ class Start:
     reset: StreamReset | None
     done: bool
     origin: Origin
+    #: With ``run=``: the run and its sub-agents' runs known at the start (a run
+    #: subscription follows its sub-agents; later ones join as they start).
+    tree: frozenset[str] = frozenset()
 
 
 class Seqs(Protocol):
@@ -274,7 +277,8 @@ def start_position(
     - ``live_seq``: the position a subscription without a cursor starts after (events
       with a higher sequence are delivered); ``last_seq``: the newest position (where the
       reset of a finished run stands).
-    - ``matches(event)``: the subscription's filter (types, run), for ``Origin.history``.
+    - ``matches(event)``: the subscription's type filter, for ``Origin.history`` (the
+      run filter, a run and its sub-agents' runs, is applied here).
     - ``reset_bytes``: the budget of a reset's snapshot.
     """
     run = request.run
@@ -290,8 +294,10 @@ def start_position(
     start = live if index is None else index
     done = False
     end_state: LiveView | None = None
+    tree: frozenset[str] = frozenset()
     if run is not None:
         end_state = state(len(events))
+        tree = frozenset(run_tree(end_state.runs.values(), run))
         info = end_state.runs.get(run)
         if info is not None and info.state != "running":
             ends_later = any(type(e) is RunFinished and e.run_id == run for e in events[start:])
@@ -304,8 +310,15 @@ def start_position(
         after = request.after if request.after is not None else make_id(epoch, live_seq)
         if not request.resume:
             return Start(
-                index=start, reset=None, done=done, origin=Origin(reset=False, after=after)
+                index=start,
+                reset=None,
+                done=done,
+                origin=Origin(reset=False, after=after),
+                tree=tree,
             )
+        history = [e for e in events[:start] if matches(e)]
+        if run is not None:
+            history = _of_run(history, run_tree(retained.base.runs.values(), run))
         return Start(
             index=start,
             reset=None,
@@ -314,9 +327,10 @@ def start_position(
                 reset=False,
                 after=after,
                 base=retained.base.snapshot(run_id=run),
-                history=tuple(e for e in events[:start] if matches(e)),
+                history=tuple(history),
                 state=state(start).snapshot(run_id=run),
             ),
+            tree=tree,
         )
     if done:
         start, position, view = len(events), last_seq, end_state
@@ -332,4 +346,18 @@ def start_position(
         state=snapshot if request.resume else None,
         base=snapshot if request.resume else None,
     )
-    return Start(index=start, reset=reset, done=done, origin=origin)
+    return Start(index=start, reset=reset, done=done, origin=origin, tree=tree)
+
+
+def _of_run(events: list[Event], tree: set[str]) -> list[Event]:
+    """The events of the runs in ``tree`` (a run and its sub-agents' runs), following the
+    sub-agents that start among them (``tree`` grows)."""
+    out = []
+    for event in events:
+        run_id = event.run_id
+        if run_id in tree:
+            out.append(event)
+        elif run_id is not None and isinstance(event, RunStarted) and event.parent_run_id in tree:
+            tree.add(run_id)
+            out.append(event)
+    return out

@@ -34,6 +34,7 @@ from .events import (
     Event,
     MessageDelta,
     RunFinished,
+    RunStarted,
     Snapshot,
     StreamReset,
     ToolArgsDelta,
@@ -262,6 +263,7 @@ class Subscription(Generic[E_co]):
         "_log",
         "_pending",
         "_replay_end",
+        "_tree",
         "_waiter",
         "buffer",
         "coalesced",
@@ -300,6 +302,8 @@ class Subscription(Generic[E_co]):
         )
         self._limit = buffer if overflow == "disconnect" else 2 * buffer
         self._log: Log | None = None
+        # With ``run``: the run and its sub-agents' runs (grows as sub-agents start).
+        self._tree: set[str] = set() if run is None else {run}
         self._cursor = 0
         self._replay_end = 0
         # Resets due before the next slice (replaced, never appended to in place).
@@ -382,6 +386,8 @@ class Subscription(Generic[E_co]):
         self._cursor = cursor
         self._replay_end = replay_end
         self.origin = start.origin
+        if start.tree:
+            self._tree.update(start.tree)
         if start.reset is not None:
             self._pending = [start.reset]
         if start.done:
@@ -390,9 +396,14 @@ class Subscription(Generic[E_co]):
             log.subs.add(self)
 
     def matches(self, event: Event) -> bool:
-        """Whether this subscription delivers ``event`` (its types and run)."""
-        if self.run is not None and event.run_id != self.run:
+        """Whether this subscription delivers ``event``: its types, and its run (with the
+        runs of the run's sub-agents it knows of)."""
+        if self.run is not None and event.run_id not in self._tree:
             return False
+        return self._kinds_match(event)
+
+    def _kinds_match(self, event: Event) -> bool:
+        """Whether ``event`` is of this subscription's types."""
         kinds = self._filter
         return kinds is None or isinstance(event, kinds)
 
@@ -519,13 +530,20 @@ class Subscription(Generic[E_co]):
         run = self.run
         if run is None:
             return events if kinds is None else [e for e in events if isinstance(e, kinds)]
+        tree = self._tree
         out = []
         for event in events:
-            if event.run_id != run:
-                continue
+            run_id = event.run_id
+            if run_id not in tree:
+                # A sub-agent of the run (or of one of its sub-agents) starts: followed.
+                if run_id is None or type(event) is not RunStarted:
+                    continue
+                if event.parent_run_id not in tree:
+                    continue
+                tree.add(run_id)
             if kinds is None or isinstance(event, kinds):
                 out.append(event)
-            if type(event) is RunFinished:
+            if run_id == run and type(event) is RunFinished:
                 self._done = True
                 break
         return out

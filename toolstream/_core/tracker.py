@@ -131,8 +131,9 @@ class Tracker:
     published (redaction and size caps are on by default), ``summarizer`` writes
     the summaries, ``hidden(tool)`` keeps internal tools off the stream,
     ``coalesce`` (seconds) merges each call's deltas and progress into one event
-    per interval, and ``strict=True`` turns lifecycle violations into
-    :class:`~toolstream.LifecycleError` instead of a warning.
+    per interval, ``strict=True`` turns lifecycle violations into
+    :class:`~toolstream.LifecycleError` instead of a warning, and
+    ``max_subagent_depth`` bounds how deep sub-agents nest (:meth:`CallHandle.subagent`).
 
     A call id used again after its call ended (servers that number calls ``call_0``,
     ``call_1``... in every turn) starts a new call, published as ``"<id>#2"`` (then
@@ -150,12 +151,14 @@ class Tracker:
         "_finished_ids",
         "_lock",
         "_messages",
+        "_nested",
         "_open",
         "_runs",
         "_summarizer",
         "bus",
         "coalesce",
         "hidden",
+        "max_subagent_depth",
         "payload",
         "session",
         "strict",
@@ -172,10 +175,17 @@ class Tracker:
         hidden: Callable[[str], bool] | None = None,
         coalesce: float = 0.0,
         strict: bool = False,
+        max_subagent_depth: int = 8,
     ) -> None:
         _check_id("session", session)
         if coalesce < 0:
             raise ValueError(f"coalesce must be >= 0 seconds, got {coalesce!r}")
+        if (
+            not isinstance(max_subagent_depth, int)
+            or isinstance(max_subagent_depth, bool)
+            or max_subagent_depth < 0
+        ):
+            raise ValueError(f"max_subagent_depth must be an int >= 0, got {max_subagent_depth!r}")
         self.bus = bus
         # EventBus: events go straight to its builders (no keywords, no checks the
         # tracker made already); other buses, and an EventBus subclass that overrides
@@ -192,6 +202,9 @@ class Tracker:
         self.hidden = hidden if hidden is not None else _default_hidden
         self.coalesce = float(coalesce)
         self.strict = strict
+        #: How deep sub-agents may nest (a sub-agent's run is at depth 1, its own
+        #: sub-agent's at 2...); starting one deeper raises ``LifecycleError``.
+        self.max_subagent_depth = max_subagent_depth
         #: Lifecycle violations dropped (lenient mode).
         self.violations = 0
         # Reentrant: summarizers and payload hooks are user code and may report too.
@@ -203,6 +216,9 @@ class Tracker:
         # (A plain dict of str -> int: the garbage collector never tracks it.)
         self._finished_ids: dict[str, int] = {}
         self._runs: dict[str, RunScope] = {}
+        # Sub-agents' runs open: while there are none (nearly always), a new call, message
+        # or batch looks no further for the call its run is nested under.
+        self._nested = 0
         # Open messages by id.
         self._messages: dict[str, MessageHandle] = {}
         # Approvals asked by this tracker's calls whose decision is not applied yet.
@@ -240,7 +256,9 @@ class Tracker:
     # -- runs and calls --------------------------------------------------------------
 
     def run(self, run_id: str | None = None, *, title: str | None = None) -> RunScope:
-        """A run: ``async with tracker.run():`` (calls inside join it)."""
+        """A run: ``async with tracker.run():`` (calls inside join it). Started inside the
+        block of one of this tracker's calls, it is that call's sub-agent
+        (:meth:`CallHandle.subagent`)."""
         if run_id is not None:
             _check_id("run_id", run_id)
         return RunScope(self, run_id or _new_id("run"), title)
@@ -270,6 +288,8 @@ class Tracker:
             if existing is not None:
                 return existing
             handle = MessageHandle(self, key, role, run)
+            if self._nested:
+                handle.parent_call_id = self._run_parent(run)
             if self._closed:
                 self._violation(
                     f"message {key!r}: started after the tracker closed", key, "closed", "message"
@@ -527,7 +547,14 @@ class Tracker:
             self._finish_messages(None)
             for run in reversed(list(self._runs.values())):  # innermost first
                 run._finished = True
-                self._publish(RunFinished, run_id=run.run_id, outcome="cancelled", error=None)
+                self._publish(
+                    RunFinished,
+                    run_id=run.run_id,
+                    outcome="cancelled",
+                    error=None,
+                    reason="session closed",
+                    parent_call_id=run.parent_call_id,
+                )
             self._runs.clear()
             self._closed = True
 
@@ -578,6 +605,8 @@ class Tracker:
         if run_id is not None:
             _check_id("run_id", run_id)
         run = self._run_for(run_id)
+        if parent_call_id is None and self._nested:
+            parent_call_id = self._run_parent(run)
         shown_title = self.payload.text(title) if title else None
         with self._lock:
             key = call_id or _new_id("call")
@@ -624,6 +653,19 @@ class Tracker:
             if same and not scope._finished:
                 return scope.run_id
         return None
+
+    def _run_parent(self, run_id: str | None) -> str | None:
+        """The call whose sub-agent run ``run_id`` is (None for a run of its own)."""
+        scope = self._runs.get(run_id) if run_id is not None else None
+        return None if scope is None else scope.parent_call_id
+
+    def _depth_of(self, handle: CallHandle) -> int:
+        """How deep ``handle``'s run is nested (0: a run of its own, or none)."""
+        run_id = handle.run_id
+        if run_id is None:
+            return 0
+        scope = self._runs.get(run_id)
+        return 0 if scope is None else scope.depth
 
     def _allowed(self, handle: CallHandle, op: str, ok: bool) -> bool:
         """Check a report against the call's state (lock held)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+import attrs
 
 from .codegen import compile_functions
 from .events import (
@@ -44,7 +46,7 @@ from .events import (
 )
 from .ids import compare_ids
 
-__all__ = ["LiveView"]
+__all__ = ["LiveView", "run_tree"]
 
 _ORDER = {
     CallState.CREATED: 0,
@@ -103,6 +105,7 @@ class _Call:
     duration_s: float | None
     first_event_id: str | None
     last_event_id: str | None
+    subruns: tuple[str, ...]
     _snap: CallSnapshot | None
     args_parts: list[str]
     output_parts: list[str]
@@ -154,6 +157,7 @@ def _call_methods() -> tuple[Callable[..., Any], ...]:
         "state": "CREATED",
         "args_text": '""',
         "output_text": '""',
+        "subruns": "()",
         "args_parts": "[]",
         "output_parts": "[]",
         "output_len": "0",
@@ -269,6 +273,25 @@ class _SnapshotMapping(Mapping[str, CallSnapshot]):
         return f"<calls {list(self._records)!r}>"
 
 
+def run_tree(runs: Iterable[RunSnapshot], run_id: str) -> set[str]:
+    """``run_id`` and the runs of its sub-agents, at any depth (by ``parent_run_id``)."""
+    children: dict[str, list[str]] = {}
+    for run in runs:
+        parent = run.parent_run_id
+        if parent is not None:
+            children.setdefault(parent, []).append(run.run_id)
+    tree = {run_id}
+    if not children:
+        return tree
+    todo = [run_id]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return tree
+
+
 class LiveView:
     """Applies events and keeps what each call, run, batch and message looks like now.
 
@@ -335,21 +358,24 @@ class LiveView:
         ]
 
     def snapshot(self, *, run_id: str | None = None) -> Snapshot:
-        """Everything the view holds (or only one run's part) as an immutable Snapshot."""
+        """Everything the view holds (or only one run's part: the run and its sub-agents'
+        runs, at any depth) as an immutable Snapshot."""
+        if run_id is None:
+            return Snapshot(
+                calls=tuple(rec.snapshot(self.max_text) for rec in self._calls.values()),
+                runs=tuple(self._runs.values()),
+                batches=tuple(self._batches.values()),
+                messages=tuple(m.snapshot(self.max_text) for m in self._messages.values()),
+            )
+        tree = run_tree(self._runs.values(), run_id)
         calls = tuple(
-            rec.snapshot(self.max_text)
-            for rec in self._calls.values()
-            if run_id is None or rec.run_id == run_id
+            rec.snapshot(self.max_text) for rec in self._calls.values() if rec.run_id in tree
         )
-        runs = tuple(r for r in self._runs.values() if run_id is None or r.run_id == run_id)
-        batches = tuple(self._batches.values())
-        if run_id is not None:
-            ids = {c.call_id for c in calls}
-            batches = tuple(b for b in batches if ids.intersection(b.call_ids))
+        runs = tuple(r for r in self._runs.values() if r.run_id in tree)
+        ids = {c.call_id for c in calls}
+        batches = tuple(b for b in self._batches.values() if ids.intersection(b.call_ids))
         messages = tuple(
-            m.snapshot(self.max_text)
-            for m in self._messages.values()
-            if run_id is None or m.run_id == run_id
+            m.snapshot(self.max_text) for m in self._messages.values() if m.run_id in tree
         )
         return Snapshot(calls=calls, runs=runs, batches=batches, messages=messages)
 
@@ -379,15 +405,22 @@ class LiveView:
             return True
         self.last_id = event.id
         if isinstance(event, RunStarted):
+            run_id = event.run_id or ""
+            parent = event.parent_call_id
             self._set_run(
                 RunSnapshot(
-                    run_id=event.run_id or "",
+                    run_id=run_id,
                     state="running",
                     title=event.title,
                     started_ts=event.ts,
                     first_event_id=event.id,
+                    parent_call_id=parent,
+                    parent_run_id=event.parent_run_id,
+                    agent=event.agent,
                 )
             )
+            if parent is not None:
+                self._add_subrun(parent, run_id)
             return True
         if isinstance(event, RunFinished):
             old = self._runs.get(event.run_id or "")
@@ -400,6 +433,10 @@ class LiveView:
                     ended_ts=event.ts,
                     error=event.error,
                     first_event_id=old.first_event_id if old else None,
+                    parent_call_id=old.parent_call_id if old else event.parent_call_id,
+                    parent_run_id=old.parent_run_id if old else None,
+                    agent=old.agent if old else None,
+                    reason=event.reason,
                 )
             )
             return True
@@ -482,14 +519,11 @@ class LiveView:
         present_runs = {r.run_id for r in snapshot.runs}
         for run_id, run in list(self._runs.items()):
             if run_id not in present_runs and run.state == "running":
-                self._runs[run_id] = RunSnapshot(
-                    run_id=run_id,
+                self._runs[run_id] = attrs.evolve(
+                    run,
                     state="cancelled",
-                    title=run.title,
-                    started_ts=run.started_ts,
                     ended_ts=ts,
                     error=ErrorInfo(type="Lost", message="lost in a stream reset"),
-                    first_event_id=run.first_event_id,
                 )
         for run in snapshot.runs:
             self._set_run(run)
@@ -538,6 +572,18 @@ class LiveView:
             run = self._runs.get(rec.run_id or "")
             if rec.finished or run is None or run.state != "running":
                 del messages[message_id]
+
+    def _add_subrun(self, call_id: str, run_id: str) -> None:
+        """A sub-agent's run started under call ``call_id``: listed on the call (the
+        newest ``max_runs`` of them)."""
+        rec = self._calls.get(call_id)
+        if rec is None or run_id in rec.subruns:
+            return
+        subruns = (*rec.subruns, run_id)
+        if len(subruns) > self.max_runs:
+            subruns = subruns[-self.max_runs :]
+        rec.subruns = subruns
+        rec._snap = None
 
     def _set_run(self, run: RunSnapshot) -> None:
         self._runs[run.run_id] = run
