@@ -26,6 +26,7 @@ from toolstream import (
     MessageFinished,
     MessageSnapshot,
     RunFinished,
+    RunSnapshot,
     RunStarted,
     Snapshot,
     StreamReset,
@@ -35,7 +36,7 @@ from toolstream._core.ids import seq_key
 
 from ._base import BaseDialect, WireMessage
 
-__all__ = ["CallMemory", "MessageMemory", "RunFramedDialect", "RunFraming"]
+__all__ = ["CallMemory", "MessageMemory", "RunFramedDialect", "RunFraming", "SubRun"]
 
 _MAX_FINISHED = 10_000
 #: The events the run framing itself handles (the rest are a call's or a message's).
@@ -59,6 +60,8 @@ class CallMemory:
     input: JSONValue = None  # the input the client holds (once complete)
     approval_reason: str | None = None
     approval_expires: float | None = None
+    #: The sub-agent's run the call belongs to (None: the run's own agent's call).
+    subrun: str | None = None
 
 
 @attrs.define
@@ -68,6 +71,25 @@ class MessageMemory:
     message_id: str
     #: The kinds ("text", "reasoning") whose part was started on the wire and not ended.
     open: set[str] = attrs.field(factory=set)
+    #: The sub-agent's run the message belongs to, if any.
+    subrun: str | None = None
+
+
+@attrs.define
+class SubRun:
+    """A sub-agent's run the client was told of, nested under a call it knows."""
+
+    run_id: str
+    #: The call whose sub-agent it is.
+    parent_call_id: str
+    #: The agent's name.
+    agent: str
+    #: The sub-agent's run the parent call belongs to (nested deeper), if any.
+    parent: str | None = None
+    #: False once its ``run.finished`` was encoded.
+    open: bool = True
+    #: Open on the wire in the protocol's terms (AG-UI: started in the current AG-UI run).
+    wire: bool = False
 
 
 class RunFraming:
@@ -84,6 +106,8 @@ class RunFraming:
         self.nested: set[str] = set()  # explicit runs started inside the open one
         self.calls: dict[str, CallMemory] = {}  # calls of the open run not yet ended
         self.messages: dict[str, MessageMemory] = {}  # messages of the open run, not ended
+        #: Sub-agents' runs nested under the open run's calls, oldest first.
+        self.subruns: dict[str, SubRun] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._finished_messages: OrderedDict[str, None] = OrderedDict()
 
@@ -114,11 +138,13 @@ class RunFraming:
         if len(self._finished_messages) > _MAX_FINISHED:
             self._finished_messages.popitem(last=False)
 
-    def message(self, message_id: str) -> MessageMemory:
+    def message(self, message_id: str, run_id: str | None = None) -> MessageMemory:
         """The memory of a message of the open run (created on first sight)."""
         memory = self.messages.get(message_id)
         if memory is None:
             memory = self.messages[message_id] = MessageMemory(message_id)
+            if run_id in self.subruns:
+                memory.subrun = run_id
         return memory
 
     def call(self, event: Event) -> CallMemory:
@@ -126,7 +152,47 @@ class RunFraming:
         memory = self.calls.get(event.call_id)
         if memory is None:
             memory = self.calls[event.call_id] = CallMemory(event.call_id, event.tool)
+            if self.subruns and event.run_id in self.subruns:
+                memory.subrun = event.run_id
+        elif self.subruns and memory.subrun != event.run_id and event.run_id in self.subruns:
+            memory.subrun = event.run_id  # adopted by another sub-agent's run (a resume)
         return memory
+
+    # -- sub-agents ---------------------------------------------------------------------
+
+    def nest(self, run_id: str, parent_call_id: str | None, agent: str | None) -> SubRun | None:
+        """A sub-agent's run starts: known to the client when its parent call is (the
+        sub-run is then nested under it); None otherwise (it is folded like any run
+        started inside another)."""
+        if parent_call_id is None or run_id in self.subruns:
+            return None
+        parent = self.calls.get(parent_call_id)
+        if parent is None:
+            return None
+        sub = SubRun(run_id, parent_call_id, agent or parent.tool, parent.subrun)
+        self.subruns[run_id] = sub
+        return sub
+
+    def lineage(self, sub: SubRun) -> list[SubRun]:
+        """``sub`` and the sub-runs it is nested in, outermost first."""
+        chain = [sub]
+        while chain[-1].parent is not None:
+            up = self.subruns.get(chain[-1].parent or "")
+            if up is None:
+                break
+            chain.append(up)
+        chain.reverse()
+        return chain
+
+    def below(self, sub: SubRun) -> list[SubRun]:
+        """The sub-runs nested in ``sub`` (at any depth), innermost last."""
+        out: list[SubRun] = []
+        ids = {sub.run_id}
+        for other in self.subruns.values():
+            if other.parent in ids:
+                ids.add(other.run_id)
+                out.append(other)
+        return out
 
     # -- runs -------------------------------------------------------------------------
 
@@ -155,10 +221,37 @@ class RunFraming:
 
     def closing_calls(self, event: RunFinished | None) -> list[CallMemory]:
         """The calls a run's end closes on the wire: all of them, except, when the run
-        was ``interrupted``, those waiting for a decision (they stay open across it)."""
+        was ``interrupted``, those waiting for a decision (they stay open across it), and
+        the calls whose sub-agents have calls waiting."""
         if event is not None and event.outcome == "interrupted":
-            return [c for c in self.calls.values() if c.approval is None]
+            waiting = self.waiting_ids()
+            return [c for c in self.calls.values() if c.call_id not in waiting]
         return list(self.calls.values())
+
+    def waiting_ids(self) -> set[str]:
+        """The calls waiting for a decision, and the calls up the sub-agents' tree from
+        them (a call whose sub-agent waits is suspended too)."""
+        waiting = {c.call_id for c in self.calls.values() if c.approval is not None}
+        for call in [c for c in self.calls.values() if c.approval is not None]:
+            sub = self.subruns.get(call.subrun or "")
+            while sub is not None and sub.parent_call_id not in waiting:
+                waiting.add(sub.parent_call_id)
+                sub = self.subruns.get(sub.parent or "")
+        return waiting
+
+    def end_run(self) -> None:
+        """The open run ended on the wire: no run is open; of the sub-agents' runs only
+        those still open under a call that stays open (waiting for a person) remain."""
+        self.run = None
+        self.implicit = False
+        self.nested.clear()
+        if self.subruns:
+            busy = {c.subrun for c in self.calls.values()}
+            self.subruns = {
+                k: s
+                for k, s in self.subruns.items()
+                if (s.open and s.parent_call_id in self.calls) or k in busy
+            }
 
     def awaiting(self) -> list[CallMemory]:
         """The calls whose approval the client was asked and that are undecided."""
@@ -171,22 +264,38 @@ class RunFraming:
     # -- resets -------------------------------------------------------------------------
 
     @staticmethod
-    def target(snapshot: Snapshot) -> tuple[str | None, bool, list[CallSnapshot]]:
-        """From a reset: the run to have open on the wire (its id, whether implicit) and
-        its open calls, oldest first. Finished calls are never re-sent."""
+    def target(
+        snapshot: Snapshot,
+    ) -> tuple[str | None, bool, list[CallSnapshot], list[RunSnapshot]]:
+        """From a reset: the run to have open on the wire (its id, whether implicit), its
+        open calls (those of its sub-agents' runs too), oldest first, and its sub-agents'
+        runs still open, outermost first. Finished calls are never re-sent."""
         open_runs = [r for r in snapshot.runs if r.state == "running"]
         open_calls = [c for c in snapshot.calls if not c.state.terminal]
-        if open_runs:
-            # The outermost open run (nested runs are folded into it on the wire).
-            run = min(open_runs, key=lambda r: r.started_ts or 0.0).run_id
-            nested = {r.run_id for r in open_runs}
-            calls = [c for c in open_calls if c.run_id in nested]
-            return run, False, _oldest_first(calls)
-        loose = [c for c in open_calls if c.run_id is None]
-        if loose:
+        subruns = [r for r in open_runs if r.parent_call_id is not None]
+        tops = [r for r in open_runs if r.parent_call_id is None]
+        open_ids = {c.call_id for c in open_calls}
+        if tops:
+            # The outermost open run (other runs started inside it are folded into it).
+            run = min(tops, key=lambda r: r.started_ts or 0.0).run_id
+            runs = {r.run_id for r in tops}
+        else:
+            loose = [c for c in open_calls if c.run_id is None]
+            if not loose:
+                return None, False, [], []
             first = min(loose, key=lambda c: seq_key(c.first_event_id))
-            return f"implicit-{first.first_event_id or first.call_id}", True, _oldest_first(loose)
-        return None, False, []
+            run = f"implicit-{first.first_event_id or first.call_id}"
+            runs = {None}  # type: ignore[arg-type]
+        # The sub-agents nested under the open calls, at any depth (outermost first).
+        nested: list[RunSnapshot] = []
+        for sub in sorted(subruns, key=lambda r: seq_key(r.first_event_id)):
+            if sub.parent_call_id in open_ids and (
+                sub.parent_run_id in runs or sub.parent_run_id in {n.run_id for n in nested}
+            ):
+                nested.append(sub)
+        inside = runs | {n.run_id for n in nested}
+        calls = [c for c in open_calls if c.run_id in inside]
+        return run, not tops, _oldest_first(calls), nested
 
     def remember_finished(self, calls: Iterable[CallSnapshot]) -> None:
         """Calls a reset shows as ended: later events for them are ignored."""
@@ -247,25 +356,37 @@ class RunFramedDialect(BaseDialect):
         """After a reset: what brings a client to an open call's current state."""
         raise NotImplementedError
 
+    def _subrun_started(self, sub: SubRun) -> list[WireMessage]:
+        """A sub-agent's run started under a call the client knows (recorded in the
+        framing): what says so on the wire. Nothing by default."""
+        return []
+
+    def _subrun_finished(self, sub: SubRun, event: RunFinished) -> list[WireMessage]:
+        """A sub-agent's run finished (its calls ended before): what says so on the wire.
+        Its messages end; nothing else by default."""
+        return self._end_messages(sub.run_id)
+
     def _part(
-        self, kind: str, phase: str, message_id: str, text: str = ""
+        self, kind: str, phase: str, message_id: str, text: str = "", subrun: str | None = None
     ) -> list[WireMessage]:  # pragma: no cover
         """The protocol's messages that ``phase`` (``"start"``, ``"delta"``, ``"end"``) a
-        message's part of ``kind`` (``"text"``, ``"reasoning"``)."""
+        message's part of ``kind`` (``"text"``, ``"reasoning"``); ``subrun``: the
+        sub-agent's run the message belongs to, if any."""
         raise NotImplementedError
 
     def _message_text(self, message: MessageMemory, kind: str, text: str) -> list[WireMessage]:
         """Text of ``kind`` appended to a message: the other kind's part ends (the model
         moved on), this kind's starts if need be."""
         out: list[WireMessage] = []
+        sub = message.subrun
         for other in list(message.open):
             if other != kind:
                 message.open.discard(other)
-                out += self._part(other, "end", message.message_id)
+                out += self._part(other, "end", message.message_id, subrun=sub)
         if kind not in message.open:
             message.open.add(kind)
-            out += self._part(kind, "start", message.message_id)
-        return out + self._part(kind, "delta", message.message_id, text)
+            out += self._part(kind, "start", message.message_id, subrun=sub)
+        return out + self._part(kind, "delta", message.message_id, text, subrun=sub)
 
     def _end_message(self, message: MessageMemory) -> list[WireMessage]:
         """End what is open of a message on the wire."""
@@ -273,7 +394,7 @@ class RunFramedDialect(BaseDialect):
         for kind in ("reasoning", "text"):
             if kind in message.open:
                 message.open.discard(kind)
-                out += self._part(kind, "end", message.message_id)
+                out += self._part(kind, "end", message.message_id, subrun=message.subrun)
         return out
 
     def fail(self, text: str, code: str) -> list[WireMessage]:  # pragma: no cover
@@ -286,11 +407,14 @@ class RunFramedDialect(BaseDialect):
         the calls that wait open; the dialect continues the run with what follows."""
         raise NotImplementedError
 
-    def _end_messages(self) -> list[WireMessage]:
-        """End every open message of the run (before the run's own end)."""
+    def _end_messages(self, subrun: str | None = None) -> list[WireMessage]:
+        """End every open message of the run (before the run's own end), or only those of
+        the sub-agent's run ``subrun``."""
         frame = self._frame
         out: list[WireMessage] = []
         for message in list(frame.messages.values()):
+            if subrun is not None and message.subrun != subrun:
+                continue
             out += self._end_message(message)
             frame.finish_message(message.message_id)
         return out
@@ -308,6 +432,10 @@ class RunFramedDialect(BaseDialect):
                 return self._message_event(event)
             return self._call_or_decision(event)
         if isinstance(event, RunStarted):
+            if event.parent_call_id is not None:
+                sub = frame.nest(event.run_id or "", event.parent_call_id, event.agent)
+                if sub is not None:  # nested under a call the client knows
+                    return self._subrun_started(sub)
             if frame.is_nested_start(event):
                 return []
             closing = self._close_run() if frame.implicit else []
@@ -315,6 +443,12 @@ class RunFramedDialect(BaseDialect):
                 return closing
             return closing + self._open_run(event.run_id or "", implicit=False)
         if isinstance(event, RunFinished):
+            sub = frame.subruns.get(event.run_id or "") if frame.subruns else None
+            if sub is not None:
+                if not sub.open:
+                    return []
+                sub.open = False
+                return self._subrun_finished(sub, event)
             if frame.is_nested_finish(event) or frame.run != event.run_id:
                 return []
             return self._close_run(event)
@@ -362,7 +496,8 @@ class RunFramedDialect(BaseDialect):
                 return []
             if frame.run is None:
                 out += self._open_run(frame.implicit_id(event.id), implicit=True)
-            out += self._message_text(frame.message(message_id), event.kind, event.text)
+            memory = frame.message(message_id, event.run_id)
+            out += self._message_text(memory, event.kind, event.text)
         if frame.implicit_may_close():
             out += self._close_run()
         return out
@@ -382,7 +517,7 @@ class RunFramedDialect(BaseDialect):
 
     def _message_snapshot(self, snap: MessageSnapshot) -> list[WireMessage]:
         frame = self._frame
-        memory = frame.message(snap.message_id)
+        memory = frame.message(snap.message_id, snap.run_id)
         out: list[WireMessage] = []
         if snap.reasoning:
             out += self._message_text(memory, "reasoning", snap.reasoning)
@@ -394,28 +529,53 @@ class RunFramedDialect(BaseDialect):
         return out
 
     def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
-        """Re-open only the current run's open calls; never re-send finished ones."""
+        """Re-open only the current run's open calls (and its sub-agents' runs still open,
+        each before its first call); never re-send finished ones."""
         frame = self._frame
         frame.remember_finished(snapshot.calls)
-        run, implicit, calls = frame.target(snapshot)
+        run, implicit, calls, subruns = frame.target(snapshot)
         out: list[WireMessage] = []
         if frame.run is not None and frame.run != run:
             out += self._close_run()
         if run is not None and frame.run is None:
             out += self._open_run(run, implicit)
+        pending = {r.run_id: r for r in subruns if r.run_id not in frame.subruns}
         for snap in calls:
             if frame.finished(snap.call_id):
                 continue
+            if snap.run_id in pending:
+                out += self._reopen_subruns(pending, snap.run_id)
             call = frame.calls.get(snap.call_id)
             if call is None:
                 call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
+                if snap.run_id in frame.subruns:
+                    call.subrun = snap.run_id
             out += self._reopen(call, snap)
+        for run_id in list(pending):  # open, with no open call of their own
+            out += self._reopen_subruns(pending, run_id)
         if run is not None:
             runs: set[str | None] = {r.run_id for r in snapshot.runs if r.state == "running"}
             if implicit:
-                runs = {None}
+                runs = {None, *(r.run_id for r in subruns)}
             out += self._replay_messages(snapshot, runs)
         return out
+
+    def _reopen_subruns(
+        self, pending: dict[str, RunSnapshot], run_id: str | None
+    ) -> list[WireMessage]:
+        """Open on the wire the sub-agent's run ``run_id`` from a reset, after the ones it
+        is nested in (each once: taken from ``pending``)."""
+        snap = pending.pop(run_id or "", None)
+        if snap is None:
+            return []
+        out = self._reopen_subruns(pending, self._run_of_call(snap.parent_call_id))
+        sub = self._frame.nest(snap.run_id, snap.parent_call_id, snap.agent)
+        return out + ([] if sub is None else self._subrun_started(sub))
+
+    def _run_of_call(self, call_id: str | None) -> str | None:
+        """The sub-agent's run a call the client knows belongs to, if any."""
+        call = self._frame.calls.get(call_id or "")
+        return None if call is None else call.subrun
 
     def prime(self, snapshot: Snapshot) -> None:
         """Take on the state of a client that saw everything up to the snapshot."""

@@ -36,7 +36,7 @@ from toolstream import (
 )
 
 from ._base import WireMessage, drop_none, typed
-from ._framing import CallMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, RunFramedDialect, SubRun, error_text, input_done
 
 __all__ = ["AGUI", "decisions"]
 
@@ -90,8 +90,13 @@ class AGUI(RunFramedDialect):
     def _msg(kind: str, **fields: Any) -> WireMessage:
         return WireMessage(payload=typed(kind, fields))
 
-    def _custom(self, name: str, value: dict[str, Any]) -> WireMessage:
-        return self._msg("CUSTOM", name=f"{self.custom_prefix}.{name}", value=drop_none(value))
+    def _custom(self, name: str, value: dict[str, Any], subrun: str | None = None) -> WireMessage:
+        return self._msg(
+            "CUSTOM",
+            name=f"{self.custom_prefix}.{name}",
+            value=drop_none(value),
+            subagentRunId=subrun,
+        )
 
     def _run_started(self, run_id: str) -> WireMessage:
         return self._msg("RUN_STARTED", threadId=self._frame.thread, runId=run_id)
@@ -132,15 +137,20 @@ class AGUI(RunFramedDialect):
         ):
             return []  # ended at the interrupt, or nothing to say yet
         # The run goes on after the interrupt: a continuation run on the same thread.
-        return [self._continue(), *super().encode(event)]
+        return [*self._continue(), *super().encode(event)]
 
-    def _continue(self) -> WireMessage:
-        """A continuation of the toolstream run suspended on the wire: ``<run>.<n>``."""
+    def _continue(self) -> list[WireMessage]:
+        """A continuation of the toolstream run suspended on the wire: ``<run>.<n>``, and
+        the sub-agents still running in it, started again (outermost first)."""
         self._continuations += 1
         self._wire_run = self.continuation_id or f"{self._frame.run}.{self._continuations}"
         self.continuation_id = None
         self._suspended = False
-        return self._run_started(self._wire_run)
+        out = [self._run_started(self._wire_run)]
+        for sub in list(self._frame.subruns.values()):
+            if sub.open and not sub.wire:
+                out += self._subrun_started(sub)
+        return out
 
     def _interrupt(self) -> list[WireMessage]:
         """Finish the AG-UI run with the interrupt outcome (the calls awaiting a decision
@@ -152,6 +162,13 @@ class AGUI(RunFramedDialect):
         out = self._end_messages()
         for call in frame.open_calls():
             out += self._close_input(call)
+        # The sub-agents still running pause with the run (innermost first), each naming
+        # the interrupts it raised itself.
+        for sub in reversed(list(frame.subruns.values())):
+            if sub.wire:
+                sub.wire = False
+                own = [c.approval for c in waiting if c.subrun == sub.run_id and c.approval]
+                out.append(self._suspended_subagent(sub, own))
         interrupts = [
             drop_none(
                 {
@@ -160,6 +177,7 @@ class AGUI(RunFramedDialect):
                     "toolCallId": call.call_id,
                     "message": call.approval_reason or f"{call.tool} needs approval",
                     "expiresAt": _iso(call.approval_expires),
+                    "subagentRunId": call.subrun,
                 }
             )
             for call in waiting
@@ -181,9 +199,7 @@ class AGUI(RunFramedDialect):
             return []
         if event is not None and event.outcome == "interrupted" and frame.awaiting():
             interrupt = self._interrupt()
-            frame.run = None
-            frame.implicit = False
-            frame.nested.clear()
+            frame.end_run()
             self._suspended = False
             self._wire_run = None
             return interrupt
@@ -193,6 +209,17 @@ class AGUI(RunFramedDialect):
             # well: close its input only; its result can follow (AG-UI does not order
             # results).
             out += self._close_input(call)
+        for sub in reversed(list(frame.subruns.values())):  # nor with a sub-agent running
+            if sub.wire:
+                sub.wire = False
+                out.append(
+                    self._msg(
+                        "SUBAGENT_ERROR",
+                        subagentRunId=sub.run_id,
+                        message="the run ended before the sub-agent",
+                        code="cancelled",
+                    )
+                )
         if event is not None and event.outcome == "failed":
             out.append(
                 self._msg(
@@ -213,46 +240,149 @@ class AGUI(RunFramedDialect):
                 )
             )
         self._wire_run = None
-        frame.run = None
-        frame.implicit = False
-        frame.nested.clear()
+        frame.end_run()
         return out
 
-    def _part(self, kind: str, phase: str, message_id: str, text: str = "") -> list[WireMessage]:
+    def _part(
+        self, kind: str, phase: str, message_id: str, text: str = "", subrun: str | None = None
+    ) -> list[WireMessage]:
+        msg = self._msg
         if kind == "text":
             if phase == "start":
-                return [self._msg("TEXT_MESSAGE_START", messageId=message_id, role="assistant")]
+                return [
+                    msg(
+                        "TEXT_MESSAGE_START",
+                        messageId=message_id,
+                        role="assistant",
+                        subagentRunId=subrun,
+                    )
+                ]
             if phase == "delta":
-                return [self._msg("TEXT_MESSAGE_CONTENT", messageId=message_id, delta=text)]
-            return [self._msg("TEXT_MESSAGE_END", messageId=message_id)]
+                return [
+                    msg(
+                        "TEXT_MESSAGE_CONTENT",
+                        messageId=message_id,
+                        delta=text,
+                        subagentRunId=subrun,
+                    )
+                ]
+            return [msg("TEXT_MESSAGE_END", messageId=message_id, subagentRunId=subrun)]
         reasoning = f"{message_id}-reasoning"
         if phase == "start":
             return [
-                self._msg("REASONING_START", messageId=reasoning),
-                self._msg("REASONING_MESSAGE_START", messageId=reasoning, role="reasoning"),
+                msg("REASONING_START", messageId=reasoning, subagentRunId=subrun),
+                msg(
+                    "REASONING_MESSAGE_START",
+                    messageId=reasoning,
+                    role="reasoning",
+                    subagentRunId=subrun,
+                ),
             ]
         if phase == "delta":
-            return [self._msg("REASONING_MESSAGE_CONTENT", messageId=reasoning, delta=text)]
+            return [
+                msg(
+                    "REASONING_MESSAGE_CONTENT",
+                    messageId=reasoning,
+                    delta=text,
+                    subagentRunId=subrun,
+                )
+            ]
         return [
-            self._msg("REASONING_MESSAGE_END", messageId=reasoning),
-            self._msg("REASONING_END", messageId=reasoning),
+            msg("REASONING_MESSAGE_END", messageId=reasoning, subagentRunId=subrun),
+            msg("REASONING_END", messageId=reasoning, subagentRunId=subrun),
         ]
+
+    # -- sub-agents -----------------------------------------------------------------------
+
+    def _subrun_started(self, sub: SubRun) -> list[WireMessage]:
+        """``SUBAGENT_STARTED {subagentRunId, name, parentToolCallId,
+        parentSubagentRunId?}`` (no ``RUN_STARTED``: AG-UI nests sub-agents inside the
+        run), after the parent call's input was closed."""
+        frame = self._frame
+        out: list[WireMessage] = []
+        parent = frame.calls.get(sub.parent_call_id)
+        if parent is not None:
+            out += self._close_input(parent)
+        sub.wire = True
+        out.append(self._subagent_started(sub))
+        return out
+
+    def _subagent_started(self, sub: SubRun) -> WireMessage:
+        return self._msg(
+            "SUBAGENT_STARTED",
+            subagentRunId=sub.run_id,
+            name=sub.agent,
+            parentToolCallId=sub.parent_call_id,
+            parentSubagentRunId=sub.parent,
+        )
+
+    def _subrun_finished(self, sub: SubRun, event: RunFinished) -> list[WireMessage]:
+        """``SUBAGENT_FINISHED`` (outcome ``success``; ``suspended`` with the interrupts it
+        raised when it stopped for a person) or ``SUBAGENT_ERROR {message, code}`` when it
+        failed or was cancelled."""
+        out = self._end_messages(sub.run_id)
+        if not sub.wire:
+            return out
+        sub.wire = False
+        if event.outcome == "completed":
+            out.append(
+                self._msg(
+                    "SUBAGENT_FINISHED", subagentRunId=sub.run_id, outcome={"type": "success"}
+                )
+            )
+        elif event.outcome == "interrupted":
+            own = [
+                c.approval
+                for c in self._frame.calls.values()
+                if c.subrun == sub.run_id and c.approval
+            ]
+            out.append(self._suspended_subagent(sub, own))
+        elif event.outcome == "failed":
+            out.append(
+                self._msg(
+                    "SUBAGENT_ERROR",
+                    subagentRunId=sub.run_id,
+                    message=error_text(event.error, "the sub-agent failed"),
+                    code=event.error.type if event.error else "failed",
+                )
+            )
+        else:
+            out.append(
+                self._msg(
+                    "SUBAGENT_ERROR",
+                    subagentRunId=sub.run_id,
+                    message=f"cancelled: {event.reason}" if event.reason else "cancelled",
+                    code="cancelled",
+                )
+            )
+        return out
+
+    def _suspended_subagent(self, sub: SubRun, interrupts: list[str]) -> WireMessage:
+        outcome: dict[str, Any] = {"type": "suspended"}
+        if interrupts:
+            outcome["interruptIds"] = interrupts
+        return self._msg("SUBAGENT_FINISHED", subagentRunId=sub.run_id, outcome=outcome)
 
     def _end_call(self, call: CallMemory, reason: str) -> list[WireMessage]:
         """Close a call the run is leaving behind: END, a result saying why, CUSTOM."""
         out = self._close_input(call)
-        out.append(self._result(call.call_id, reason))
-        out.append(self._custom("tool.cancelled", {"toolCallId": call.call_id, "reason": reason}))
+        out.append(self._result(call, reason))
+        out.append(
+            self._custom(
+                "tool.cancelled", {"toolCallId": call.call_id, "reason": reason}, call.subrun
+            )
+        )
         self._frame.finish(call.call_id)
         return out
 
-    def _result(self, call_id: str, content: str) -> WireMessage:
+    def _result(self, call: CallMemory, content: str) -> WireMessage:
         return self._msg(
             "TOOL_CALL_RESULT",
-            messageId=f"result-{call_id}",
-            toolCallId=call_id,
+            messageId=f"result-{call.call_id}",
+            toolCallId=call.call_id,
             content=content,
             role="tool",
+            subagentRunId=call.subrun,
         )
 
     def _open_call(
@@ -261,12 +391,16 @@ class AGUI(RunFramedDialect):
         if call.opened:
             return []
         call.opened = True
+        message = self._frame.messages.get(parent_message_id or "")
+        if message is not None and message.subrun != call.subrun:
+            parent_message_id = None  # another agent's message cannot hold the call
         return [
             self._msg(
                 "TOOL_CALL_START",
                 toolCallId=call.call_id,
                 toolCallName=call.tool,
                 parentMessageId=parent_message_id,
+                subagentRunId=call.subrun,
             )
         ]
 
@@ -274,7 +408,11 @@ class AGUI(RunFramedDialect):
         if call.input_done or not text:
             return []
         call.input_streamed = True
-        return [self._msg("TOOL_CALL_ARGS", toolCallId=call.call_id, delta=text)]
+        return [
+            self._msg(
+                "TOOL_CALL_ARGS", toolCallId=call.call_id, delta=text, subagentRunId=call.subrun
+            )
+        ]
 
     def _close_input(self, call: CallMemory, args: JSONValue = None) -> list[WireMessage]:
         """START if needed, the whole input as ARGS if none was streamed, END."""
@@ -284,12 +422,13 @@ class AGUI(RunFramedDialect):
         if not call.input_streamed and args is not None:
             out += self._args(call, _json(args))
         call.input_done = True
-        out.append(self._msg("TOOL_CALL_END", toolCallId=call.call_id))
+        out.append(self._msg("TOOL_CALL_END", toolCallId=call.call_id, subagentRunId=call.subrun))
         return out
 
     # -- the hooks of the run framing ---------------------------------------------------
 
     def _batch_phase(self, event: BatchPhase) -> list[WireMessage]:
+        subrun = event.run_id if event.run_id in self._frame.subruns else None
         return [
             self._custom(
                 "batch.phase",
@@ -299,10 +438,36 @@ class AGUI(RunFramedDialect):
                     "callIds": list(event.call_ids),
                     "counts": dict(event.counts),
                 },
+                subrun,
             )
         ]
 
     def _call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:
+        if call.subrun is None:
+            return self._own_call_event(call, event)
+        # A call of a sub-agent: its sub-agent is started on the wire first if it is not
+        # (it stopped for a person in an earlier AG-UI run, and its call goes on).
+        frame = self._frame
+        sub = frame.subruns.get(call.subrun)
+        if sub is None:
+            return self._own_call_event(call, event)
+        out: list[WireMessage] = []
+        for up in frame.lineage(sub):
+            if not up.wire:
+                up.wire = True
+                out.append(self._subagent_started(up))
+        out += self._own_call_event(call, event)
+        if not sub.open and not any(c.subrun == sub.run_id for c in frame.calls.values()):
+            # its run was over already: this segment ends with its last call
+            sub.wire = False
+            out.append(
+                self._msg(
+                    "SUBAGENT_FINISHED", subagentRunId=sub.run_id, outcome={"type": "success"}
+                )
+            )
+        return out
+
+    def _own_call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:
         frame = self._frame
         out: list[WireMessage] = []
         if isinstance(event, ToolCreated):
@@ -321,6 +486,7 @@ class AGUI(RunFramedDialect):
                         "batchId": event.batch_id,
                         "position": event.position,
                     },
+                    call.subrun,
                 )
             )
         elif isinstance(event, ToolStarted):
@@ -338,27 +504,32 @@ class AGUI(RunFramedDialect):
                         "message": event.message,
                         "data": event.data,
                     },
+                    call.subrun,
                 )
             )
         elif isinstance(event, ToolOutputDelta):
             out += self._close_input(call, {})
             out.append(
-                self._custom("tool.output", {"toolCallId": call.call_id, "delta": event.text})
+                self._custom(
+                    "tool.output", {"toolCallId": call.call_id, "delta": event.text}, call.subrun
+                )
             )
         elif isinstance(event, ToolOutputPartial):
             out += self._close_input(call, {})
             out.append(
                 self._custom(
-                    "tool.output.partial", {"toolCallId": call.call_id, "value": event.value}
+                    "tool.output.partial",
+                    {"toolCallId": call.call_id, "value": event.value},
+                    call.subrun,
                 )
             )
         elif isinstance(event, ToolCompleted):
             out += self._close_input(call, {})
-            out.append(self._result(call.call_id, _json(event.result)))
+            out.append(self._result(call, _json(event.result)))
             frame.finish(call.call_id)
         elif isinstance(event, ToolFailed):
             out += self._close_input(call, {})
-            out.append(self._result(call.call_id, _error_content(event.error)))
+            out.append(self._result(call, _error_content(event.error)))
             out.append(
                 self._custom(
                     "tool.failed",
@@ -373,17 +544,19 @@ class AGUI(RunFramedDialect):
                         ),
                         "summary": event.summary,
                     },
+                    call.subrun,
                 )
             )
             frame.finish(call.call_id)
         elif isinstance(event, ToolCancelled):
             out += self._close_input(call, {})
             reason = event.reason or "cancelled"
-            out.append(self._result(call.call_id, f"Cancelled: {reason}"))
+            out.append(self._result(call, f"Cancelled: {reason}"))
             out.append(
                 self._custom(
                     "tool.cancelled",
                     {"toolCallId": call.call_id, "reason": reason, "summary": event.summary},
+                    call.subrun,
                 )
             )
             frame.finish(call.call_id)
@@ -401,6 +574,7 @@ class AGUI(RunFramedDialect):
                         "reason": event.reason,
                         "expiresAt": _iso(event.expires_at),
                     },
+                    call.subrun,
                 )
             )
             out += self._interrupt()
@@ -413,7 +587,7 @@ class AGUI(RunFramedDialect):
         elif isinstance(event, ToolDenied):
             out += self._close_input(call, {})
             reason = event.reason or ("not approved in time" if event.by == "timeout" else "")
-            out.append(self._result(call.call_id, f"Denied: {reason}" if reason else "Denied"))
+            out.append(self._result(call, f"Denied: {reason}" if reason else "Denied"))
             out.append(
                 self._custom(
                     "tool.denied",
@@ -423,6 +597,7 @@ class AGUI(RunFramedDialect):
                         "reason": event.reason,
                         "summary": event.summary,
                     },
+                    call.subrun,
                 )
             )
             frame.finish(call.call_id)
@@ -467,6 +642,7 @@ class AGUI(RunFramedDialect):
                 "by": by,
                 "reason": reason,
             },
+            call.subrun,
         )
 
     def fail(self, text: str, code: str) -> list[WireMessage]:
@@ -489,7 +665,7 @@ class AGUI(RunFramedDialect):
                 frame.run = None
                 self._wire_run = None
                 return out
-            out.append(self._continue())
+            out += self._continue()
         for call in self._frame.open_calls():
             out += self._end_call(call, "Cancelled: the stream ended before the call")
         return out + self._close_run()

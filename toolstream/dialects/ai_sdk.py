@@ -14,7 +14,11 @@ from toolstream import (
     Decision,
     Event,
     JSONValue,
+    MessageSnapshot,
     RunFinished,
+    RunSnapshot,
+    RunStarted,
+    Snapshot,
     ToolArgsDelta,
     ToolCancelled,
     ToolCompleted,
@@ -28,9 +32,13 @@ from toolstream import (
     ToolReady,
     ToolStarted,
 )
+from toolstream._core.ids import seq_key
 
 from ._base import WireMessage, drop_none, typed
-from ._framing import CallMemory, RunFramedDialect, error_text, input_done
+from ._framing import CallMemory, RunFramedDialect, SubRun, error_text, input_done
+from ._ui_message import UIMessageBuilder
+
+_UNSET: Any = object()
 
 __all__ = ["AISDK", "decisions"]
 
@@ -56,6 +64,16 @@ class AISDK(RunFramedDialect):
     client that did not (a replay from ``start``) sees an approved call go back to
     ``tool-input-available`` (running) with the input that runs, which both generations
     accept. A delta or output is never sent for a call whose start was not sent.
+
+    A sub-agent (a call whose tool is itself an agent) is its call's output, as the AI SDK
+    shows sub-agents: ``tool-output-available`` with ``preliminary: true`` carrying the
+    sub-agent's whole ``UIMessage`` so far (what ``readUIMessageStream`` builds from the
+    sub-agent's own stream: its text and its tool calls with their states, a nested
+    sub-agent's call carrying its own sub-agent's message), then the final output: that
+    message with the tool's result in ``metadata.result`` (``metadata.subagents`` names
+    the runs and agents). A call waiting for a person inside a sub-agent shows
+    ``approval-requested`` inside that message; the AI SDK has no approvals inside
+    sub-agents, so it is decided through toolstream's decision endpoints.
     """
 
     name = "ai_sdk"
@@ -76,6 +94,12 @@ class AISDK(RunFramedDialect):
         self._answered: set[str] = set()
         # The client's assistant message the next run continues (continue_message()).
         self._continued: str | None = None
+        # Sub-agents: the direct ones of each call (its output), and which of them each
+        # sub-agent's run (at any depth) goes to.
+        self._nested: dict[str, list[_Nested]] = {}
+        self._routes: dict[str, _Nested] = {}
+        # A call with sub-agents: its own output so far (shown in metadata.output).
+        self._own_output: dict[str, JSONValue] = {}
 
     @staticmethod
     def _msg(kind: str, **fields: Any) -> WireMessage:
@@ -106,7 +130,11 @@ class AISDK(RunFramedDialect):
         if frame.run is None:
             return []
         out = self._end_messages()
-        for call in frame.closing_calls(event):
+        closing = frame.closing_calls(event)
+        if event is not None and event.outcome == "interrupted" and self._nested:
+            # a call whose sub-agent waits for a person is suspended with it
+            closing = [c for c in closing if not self._waits_below(c.call_id)]
+        for call in closing:
             out += self._end_call(call, "Cancelled: the run ended before the call")
         if event is not None and event.outcome == "failed":
             out.append(self._msg("error", errorText=error_text(event.error, "run failed")))
@@ -115,14 +143,14 @@ class AISDK(RunFramedDialect):
         out += [self._msg("finish-step"), self._msg("finish")]
         if frame.calls:  # interrupted with calls waiting: the next run continues them
             self._waiting = self._message_id
-        frame.run = None
-        frame.implicit = False
-        frame.nested.clear()
+        frame.end_run()
         return out
 
     # -- messages ------------------------------------------------------------------------
 
-    def _part(self, kind: str, phase: str, message_id: str, text: str = "") -> list[WireMessage]:
+    def _part(
+        self, kind: str, phase: str, message_id: str, text: str = "", subrun: str | None = None
+    ) -> list[WireMessage]:
         part = message_id if kind == "text" else f"{message_id}-reasoning"
         return [self._msg(f"{kind}-{phase}", id=part, delta=text if phase == "delta" else None)]
 
@@ -174,6 +202,10 @@ class AISDK(RunFramedDialect):
         return out
 
     def _output(self, call: CallMemory, output: JSONValue, *, preliminary: bool) -> WireMessage:
+        if preliminary and call.call_id in self._nested:
+            # a call with sub-agents: its own output rides in their message's metadata
+            self._own_output[call.call_id] = output
+            return self._subagents_output(call)
         return self._msg(
             "tool-output-available",
             toolCallId=call.call_id,
@@ -193,8 +225,17 @@ class AISDK(RunFramedDialect):
     def _end_call(self, call: CallMemory, reason: str) -> list[WireMessage]:
         out = self._open_call(call)
         out.append(self._error(call, reason))
-        self._frame.finish(call.call_id)
+        self._finish(call.call_id)
         return out
+
+    def _finish(self, call_id: str) -> None:
+        """The call ended on the wire: its sub-agents' messages are forgotten with it."""
+        self._frame.finish(call_id)
+        if self._nested:
+            for node in self._nested.pop(call_id, ()):
+                for run_id in [k for k, v in self._routes.items() if v is node]:
+                    del self._routes[run_id]
+            self._own_output.pop(call_id, None)
 
     # -- the hooks of the run framing ---------------------------------------------------
 
@@ -214,7 +255,6 @@ class AISDK(RunFramedDialect):
         ]
 
     def _call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:
-        frame = self._frame
         out: list[WireMessage] = []
         if isinstance(event, ToolCreated):
             out += self._open_call(call, event.title)
@@ -269,16 +309,19 @@ class AISDK(RunFramedDialect):
             out.append(self._output(call, event.value, preliminary=True))
         elif isinstance(event, ToolCompleted):
             out += self._available(call, None)
-            out.append(self._output(call, event.result, preliminary=False))
-            frame.finish(call.call_id)
+            if call.call_id in self._nested:  # the sub-agents' message, the result in it
+                out.append(self._subagents_output(call, result=event.result))
+            else:
+                out.append(self._output(call, event.result, preliminary=False))
+            self._finish(call.call_id)
         elif isinstance(event, ToolFailed):
             out += self._open_call(call)
             out.append(self._error(call, error_text(event.error)))
-            frame.finish(call.call_id)
+            self._finish(call.call_id)
         elif isinstance(event, ToolCancelled):
             out += self._open_call(call)
             out.append(self._error(call, f"Cancelled: {event.reason or 'cancelled'}"))
-            frame.finish(call.call_id)
+            self._finish(call.call_id)
         elif isinstance(event, ApprovalRequested):
             out += self._available(call, event.args)
             out += self._approval_request(call, event.approval_id, event.reason)
@@ -296,7 +339,7 @@ class AISDK(RunFramedDialect):
         elif isinstance(event, ToolDenied):
             out += self._available(call, None)
             out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
-            frame.finish(call.call_id)
+            self._finish(call.call_id)
         return out
 
     def _resolved(
@@ -368,8 +411,10 @@ class AISDK(RunFramedDialect):
     def encode(self, event: Event) -> list[WireMessage]:
         """As the run framing does; after :meth:`pause`, output continues the same
         message (a ``start`` with its id, ``start-step``), as ``useChat`` expects of the
-        response to the request that carries the decision."""
-        out = super().encode(event)
+        response to the request that carries the decision. A sub-agent's events become
+        its call's output."""
+        routed = self._route(event) if self._routes else None
+        out = super().encode(event) if routed is None else routed
         if self._paused and out:
             self._paused = False
             first = out[0].payload
@@ -413,6 +458,202 @@ class AISDK(RunFramedDialect):
         out += self._close_run()
         out.append(WireMessage(raw="[DONE]"))
         return out
+
+    # -- sub-agents ----------------------------------------------------------------------
+
+    def _subrun_started(self, sub: SubRun) -> list[WireMessage]:
+        """A sub-agent of a call of this message: from now on its events build a message
+        of its own, which is the call's output."""
+        frame = self._frame
+        call = frame.calls.get(sub.parent_call_id)
+        frame.subruns.pop(sub.run_id, None)  # its events are routed, not framed here
+        if call is None or frame.finished(sub.parent_call_id):
+            return []
+        node = _Nested(sub.run_id, sub.agent, sub.parent_call_id, self)
+        self._nested.setdefault(sub.parent_call_id, []).append(node)
+        self._routes[sub.run_id] = node
+        node.feed(node.dialect._open_run(sub.run_id, implicit=False))
+        return [*self._available(call, None), self._subagents_output(call)]
+
+    def _route(self, event: Event) -> list[WireMessage] | None:
+        """An event of a sub-agent's run (at any depth), as its call's new output; None
+        for an event of this message's own run."""
+        run_id = event.run_id
+        node = self._routes.get(run_id) if run_id is not None else None
+        if node is None:
+            if type(event) is not RunStarted or event.parent_run_id not in self._routes:
+                return None
+            node = self._routes[event.parent_run_id or ""]  # a sub-agent's sub-agent
+            self._routes[run_id or ""] = node
+        frame = self._frame
+        call = frame.calls.get(node.call_id)
+        if call is None:
+            return []
+        out: list[WireMessage] = []
+        if frame.run is None:  # between runs (the message waits for a person): resumed
+            out += self._open_run(frame.implicit_id(event.id), implicit=True)
+        changed, forward = node.feed(node.dialect.encode(event))
+        out += forward
+        if changed:
+            out.append(self._subagents_output(call))
+        return out
+
+    def _subagents_output(self, call: CallMemory, *, result: Any = _UNSET) -> WireMessage:
+        """``tool-output-available`` of a call with sub-agents: their message so far
+        (``preliminary``), or the final one with the call's ``result`` in its metadata."""
+        nodes = self._nested.get(call.call_id, [])
+        parts: list[Any] = []
+        for node in nodes:
+            parts += node.message.message()["parts"]
+        metadata: dict[str, Any] = {
+            "subagents": [{"runId": n.run_id, "agent": n.agent} for n in nodes]
+        }
+        own = self._own_output.get(call.call_id)
+        if own is not None:
+            metadata["output"] = own
+        if result is not _UNSET:
+            metadata["result"] = result
+        first = nodes[0] if nodes else None
+        message = {
+            "id": (first.message.id or first.run_id) if first is not None else call.call_id,
+            "role": "assistant",
+            "metadata": metadata,
+            "parts": parts,
+        }
+        return self._msg(
+            "tool-output-available",
+            toolCallId=call.call_id,
+            output=message,
+            preliminary=True if result is _UNSET else None,
+            dynamic=True if self.dynamic else None,
+        )
+
+    def _waits_below(self, call_id: str) -> bool:
+        """True when a call of one of this call's sub-agents waits for a person."""
+        return any(node.waits() for node in self._nested.get(call_id, ()))
+
+    def _reset(self, snapshot: Snapshot) -> list[WireMessage]:
+        """As the run framing does for this message's own calls; a call with sub-agents
+        then gets their whole message rebuilt from the snapshot (finished calls included:
+        an output replaces the one before)."""
+        for call_id in list(self._nested):
+            self._nested.pop(call_id)
+        self._routes.clear()
+        self._own_output.clear()
+        nested = {r.run_id for r in snapshot.runs if r.parent_call_id is not None}
+        if not nested:
+            return super()._reset(snapshot)
+        own = Snapshot(
+            calls=tuple(c for c in snapshot.calls if c.run_id not in nested),
+            runs=tuple(r for r in snapshot.runs if r.run_id not in nested),
+            batches=snapshot.batches,
+            messages=tuple(m for m in snapshot.messages if m.run_id not in nested),
+        )
+        out = super()._reset(own)
+        by_id = {c.call_id: c for c in snapshot.calls}
+        for call in list(self._frame.calls.values()):
+            snap = by_id.get(call.call_id)
+            if snap is not None and snap.subruns:
+                out += self._rebuild(call, snap.subruns, snapshot)
+        return out
+
+    def _rebuild(
+        self, call: CallMemory, subruns: tuple[str, ...], snapshot: Snapshot, result: Any = _UNSET
+    ) -> list[WireMessage]:
+        """A call's sub-agents' message from a snapshot, as its output."""
+        runs = {r.run_id: r for r in snapshot.runs}
+        for run_id in subruns:
+            run = runs.get(run_id)
+            if run is None:
+                continue  # left out of a bounded snapshot
+            node = _Nested(run_id, run.agent or call.tool, call.call_id, self)
+            self._nested.setdefault(call.call_id, []).append(node)
+            node.feed(node.dialect._replay_run(run, snapshot))
+            for routed in (run_id, *node.dialect._routes):
+                self._routes[routed] = node
+        if call.call_id not in self._nested:
+            return []
+        return [self._subagents_output(call, result=result)]
+
+    def _replay_run(self, run: RunSnapshot, snapshot: Snapshot) -> list[WireMessage]:
+        """(A sub-agent's dialect) its whole run from a snapshot: every call and message
+        of it in the order they began, finished ones with their end, then the run's end
+        if it is over."""
+        out = self._open_run(run.run_id, implicit=False)
+        items: list[CallSnapshot | MessageSnapshot] = [
+            *(c for c in snapshot.calls if c.run_id == run.run_id),
+            *(m for m in snapshot.messages if m.run_id == run.run_id),
+        ]
+        items.sort(key=lambda item: seq_key(item.first_event_id))
+        frame = self._frame
+        for item in items:
+            if isinstance(item, MessageSnapshot):
+                out += self._message_snapshot(item)
+                continue
+            call = frame.calls[item.call_id] = CallMemory(item.call_id, item.tool)
+            if not item.state.terminal:
+                out += self._reopen(call, item)
+                if item.subruns:
+                    out += self._rebuild(call, item.subruns, snapshot)
+                continue
+            out += self._available(call, item.args, item.args_valid is not False)
+            if item.state is CallState.COMPLETED:
+                if item.subruns:
+                    out += self._rebuild(call, item.subruns, snapshot, result=item.result)
+                else:
+                    out.append(self._output(call, item.result, preliminary=False))
+            elif item.state is CallState.DENIED:
+                out.append(self._msg("tool-output-denied", toolCallId=call.call_id))
+            elif item.state is CallState.FAILED:
+                out.append(self._error(call, error_text(item.error)))
+            else:
+                out.append(self._error(call, f"Cancelled: {item.reason or 'cancelled'}"))
+            self._finish(call.call_id)
+        if run.state != "running":
+            end = RunFinished(
+                id="", session="", ts=0.0, run_id=run.run_id, outcome=run.state, error=run.error
+            )
+            out += self._close_run(end)
+        return out
+
+
+class _Nested:
+    """A sub-agent's run shown as its parent call's output: a dialect of its own writes
+    the sub-agent's stream, and a :class:`UIMessageBuilder` builds the message the AI SDK
+    client would from it."""
+
+    __slots__ = ("agent", "call_id", "dialect", "message", "run_id")
+
+    def __init__(self, run_id: str, agent: str, call_id: str, parent: AISDK) -> None:
+        self.run_id = run_id
+        self.agent = agent
+        #: The call of the parent's message whose output this sub-agent is.
+        self.call_id = call_id
+        self.dialect = AISDK(dynamic=parent.dynamic, max_output_chars=parent.max_output_chars)
+        self.message = UIMessageBuilder()
+
+    def feed(self, messages: list[WireMessage]) -> tuple[bool, list[WireMessage]]:
+        """The sub-agent's chunks applied to its message: whether it changed, and the
+        transient data parts (progress), which go on the wire as they are."""
+        changed = False
+        forward: list[WireMessage] = []
+        for message in messages:
+            chunk = message.payload
+            if not isinstance(chunk, dict):
+                continue  # [DONE]
+            if str(chunk.get("type", "")).startswith("data-"):
+                forward.append(message)
+            elif self.message.apply(chunk):
+                changed = True
+        return changed, forward
+
+    def waits(self) -> bool:
+        """True while a call of this sub-agent (or of its own sub-agents) waits for a
+        person."""
+        dialect = self.dialect
+        if dialect._frame.awaiting():
+            return True
+        return any(node.waits() for nodes in dialect._nested.values() for node in nodes)
 
 
 def decisions(messages: object) -> list[Decision]:

@@ -10,6 +10,7 @@ from toolstream import (
     ApprovalResolved,
     CallState,
     Event,
+    RunStarted,
     Snapshot,
     StreamReset,
     ToolCancelled,
@@ -28,6 +29,7 @@ from ._base import BaseDialect, WireMessage, drop_none
 __all__ = ["Hermes"]
 
 EVENT = "hermes.tool.progress"
+_MAX_PLACES = 10_000
 
 
 class Hermes(BaseDialect):
@@ -46,6 +48,10 @@ class Hermes(BaseDialect):
     "hermes.approval.resolved", toolCallId, approvalId, approved, by}`` once decided. A
     denied call ends with ``status: "cancelled"``, ``denied: true`` (statuses hermes
     clients know).
+
+    A call made by a sub-agent (a call whose tool is itself an agent) carries
+    ``parentToolCallId`` (that call) and ``subagentRunId`` (the sub-agent's run), so a
+    host can indent it under its parent.
     """
 
     name = "hermes"
@@ -56,6 +62,9 @@ class Hermes(BaseDialect):
         self._running: dict[str, str] = {}  # call_id -> tool, "running" sent, no terminal yet
         self._done: set[str] = set()
         self._inputs: dict[str, object] = {}
+        # Sub-agents' runs seen, and the place in the tree of the calls open in them.
+        self._subruns: set[str] = set()
+        self._nested: dict[str, dict[str, str]] = {}
 
     def _message(
         self, call_id: str, tool: str, status: str, label: str, **extra: object
@@ -63,7 +72,20 @@ class Hermes(BaseDialect):
         payload = drop_none(
             {"toolCallId": call_id, "tool": tool, "status": status, "label": label, **extra}
         )
+        if self._nested:
+            payload.update(self._nested.get(call_id, ()))
         return WireMessage(event=EVENT, payload=payload)
+
+    def _place(self, call_id: str, parent_call_id: str | None, run_id: str | None) -> None:
+        """Remember where a call sits in the sub-agents' tree (if anywhere)."""
+        if parent_call_id is None or call_id in self._nested:
+            return
+        place = {"parentToolCallId": parent_call_id}
+        if run_id is not None and run_id in self._subruns:
+            place["subagentRunId"] = run_id
+        self._nested[call_id] = place
+        if len(self._nested) > _MAX_PLACES:  # bounded: the oldest calls are over
+            del self._nested[next(iter(self._nested))]
 
     def _output(self, value: object) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -92,9 +114,13 @@ class Hermes(BaseDialect):
         if not call_id:
             if isinstance(event, StreamReset):
                 return self._reset(event)
+            if isinstance(event, RunStarted) and event.parent_call_id is not None:
+                self._subruns.add(event.run_id or "")
             return []
         if call_id in self._done:
             return []
+        if event.parent_call_id is not None:
+            self._place(call_id, event.parent_call_id, event.run_id)
         if isinstance(event, ToolReady):
             self._inputs[call_id] = event.args
             return []
@@ -160,6 +186,7 @@ class Hermes(BaseDialect):
         command = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
         payload = drop_none(
             {
+                **self._nested.get(call_id, {}),
                 "type": "hermes.approval",
                 "toolCallId": call_id,
                 "tool": tool,
@@ -172,8 +199,8 @@ class Hermes(BaseDialect):
         )
         return WireMessage(event=EVENT, payload=payload)
 
-    @staticmethod
     def _resolved(
+        self,
         call_id: str,
         tool: str,
         approval_id: str,
@@ -183,6 +210,7 @@ class Hermes(BaseDialect):
     ) -> WireMessage:
         payload = drop_none(
             {
+                **self._nested.get(call_id, {}),
                 "type": "hermes.approval.resolved",
                 "toolCallId": call_id,
                 "tool": tool,
@@ -194,7 +222,16 @@ class Hermes(BaseDialect):
         )
         return WireMessage(event=EVENT, payload=payload)
 
+    def _learn(self, snapshot: Snapshot) -> None:
+        for run in snapshot.runs:
+            if run.parent_call_id is not None:
+                self._subruns.add(run.run_id)
+        for call in snapshot.calls:
+            if not call.state.terminal:
+                self._place(call.call_id, call.parent_call_id, call.run_id)
+
     def _reset(self, event: StreamReset) -> list[WireMessage]:
+        self._learn(event.snapshot)
         out: list[WireMessage] = []
         present = {c.call_id for c in event.snapshot.calls}
         for call_id, tool in list(self._running.items()):
@@ -255,6 +292,7 @@ class Hermes(BaseDialect):
 
     def prime(self, snapshot: Snapshot) -> None:
         """Remember which calls a client already saw running, and which ended."""
+        self._learn(snapshot)
         for call in snapshot.calls:
             if call.state is CallState.RUNNING:
                 self._running[call.call_id] = call.tool
