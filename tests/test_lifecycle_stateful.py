@@ -46,7 +46,7 @@ def apply_op(
             run = handle.subagent(None if arg % 2 else f"agent {arg}").start()
         except ts.LifecycleError:
             return  # past max_subagent_depth: refused loudly, strict or not
-        if runs is not None and run.parent_call_id is not None:
+        if runs is not None and run.started and run.parent_call_id is not None:
             runs.append(run)
     elif op == "args_delta":
         # the key is a token of its own, as keys are in the wild (see docs/decisions.md)

@@ -2,6 +2,7 @@
 // stdin: [{"name", "dialect": "agui"|"ai_sdk", "messages": [payload | {"$raw": "[DONE]"}]}]
 // stdout: [{"name", "ok", "error"?, "messages"?: [{"id", "parts": [...]}]}]
 import { verifyEvents } from '@ag-ui/client';
+import { EventSchemas } from '@ag-ui/core/schemas';
 import { uiMessageChunkSchema, readUIMessageStream } from 'ai';
 import { from, lastValueFrom, toArray } from 'rxjs';
 
@@ -13,6 +14,11 @@ const input = JSON.parse(await new Promise((resolve) => {
 }));
 
 async function checkAgui(messages) {
+  // Each event by @ag-ui/core's own schemas, then the whole stream by the client's verifier.
+  for (const [i, m] of messages.entries()) {
+    const result = EventSchemas.safeParse(m);
+    if (!result.success) throw new Error(`event ${i} ${JSON.stringify(m)}: ${result.error.message}`);
+  }
   await lastValueFrom(from(messages).pipe(verifyEvents(false), toArray()));
   return {};
 }

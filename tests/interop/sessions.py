@@ -55,6 +55,7 @@ OPS = (
     "say",
     "think",
     "said",
+    "subagent",
 )
 Op = tuple[str, int, int]
 
@@ -89,7 +90,9 @@ class Session:
         elif kind == "run_end":
             if self.runs:
                 outcome = ("completed", "failed", "cancelled", "interrupted")[arg % 4]
-                self.runs.pop().finish(outcome, error="boom" if outcome == "failed" else None)  # type: ignore[arg-type]
+                run = self.runs.pop()
+                if not run.finished:  # (a sub-agent's run its parent call ended already)
+                    run.finish(outcome, error="boom" if outcome == "failed" else None)  # type: ignore[arg-type]
         elif kind == "create":
             run_id = self.runs[-1].run_id if self.runs else None
             self.slots[slot] = t.create(f"tool_{slot}", run_id=run_id, announce=arg % 3 != 0)
@@ -136,7 +139,15 @@ class Session:
                 {name: open_now(self.bus, cursor=None, dialect=name) for name in ("agui", "ai_sdk")}
             )
         elif handle is not None:
-            if kind == "delta":
+            if kind == "subagent":
+                # a sub-agent's run under the call: later creates and messages join it
+                try:
+                    run = handle.subagent(None if arg % 2 else f"agent_{arg}").start()
+                except ts.LifecycleError:
+                    return  # past max_subagent_depth
+                if run.started and run.parent_call_id is not None:
+                    self.runs.append(run)
+            elif kind == "delta":
                 handle.args_delta(PIECES[arg % len(PIECES)])
             elif kind == "ready":
                 handle.ready()

@@ -54,6 +54,53 @@ def strict_agui(payload: Any) -> None:
     assert dumped == payload, (dumped, payload)
 
 
+_ATTRIBUTABLE = ("TEXT_MESSAGE_", "TOOL_CALL_", "REASONING_", "CUSTOM")
+
+
+def check_agui_tags(messages: list[Any]) -> None:
+    """What the AG-UI verifier does not check of the sub-agents' tags: a message carries
+    the ``subagentRunId`` of a sub-agent running in its AG-UI run, a call keeps the tag
+    of its ``TOOL_CALL_START``, a sub-agent starts under a call of the stream (and under
+    that call's own sub-agent), and ends before its parent sub-agent and before its
+    parent call's result; interrupts carry their call's tag."""
+    active: dict[str, tuple[str | None, str]] = {}  # sub-agent -> (parent sub-agent, call)
+    tags: dict[str, str | None] = {}  # toolCallId -> its tag
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "type" not in m:
+            continue
+        kind: str = m["type"]
+        tag: Any = m.get("subagentRunId")
+        where = f"message {i} {m}"
+        if kind == "RUN_STARTED":
+            active.clear()
+        elif kind == "SUBAGENT_STARTED":
+            assert tag not in active, where
+            parent_call = m.get("parentToolCallId")
+            assert parent_call in tags, where
+            assert m.get("parentSubagentRunId") == tags[parent_call], where
+            parent = m.get("parentSubagentRunId")
+            assert parent is None or parent in active, where
+            active[tag] = (parent, parent_call)
+        elif kind in ("SUBAGENT_FINISHED", "SUBAGENT_ERROR"):
+            assert tag in active, where
+            assert not [k for k, (up, _) in active.items() if up == tag], where
+            del active[tag]
+        elif kind in ("RUN_FINISHED", "RUN_ERROR"):
+            assert not active, where
+            outcome = m.get("outcome") or {}
+            for interrupt in outcome.get("interrupts", ()):
+                assert interrupt.get("subagentRunId") == tags.get(interrupt["toolCallId"]), where
+        elif kind.startswith(_ATTRIBUTABLE):
+            assert tag is None or tag in active, where
+            call_id: Any = m.get("toolCallId")
+            if kind == "TOOL_CALL_START":
+                tags[call_id] = tag
+            elif call_id in tags and kind != "CUSTOM":
+                assert tags[call_id] == tag, where
+            if kind == "TOOL_CALL_RESULT":
+                assert not [k for k, (_, c) in active.items() if c == call_id], where
+
+
 def scenario() -> Session:
     """A fixed session that touches every mapping."""
     session = Session()
@@ -195,9 +242,12 @@ def test_native_is_to_dict() -> None:
 
 def check_generated(session: Session) -> None:
     bus = session.bus
-    # AG-UI messages validate strictly with the protocol's own models.
-    for frame in full_stream(bus, "agui"):
+    # AG-UI messages validate strictly with the protocol's own models, and the
+    # sub-agents' tags hold together (what no validator checks).
+    agui_frames = full_stream(bus, "agui")
+    for frame in agui_frames:
         strict_agui(frame.message.payload)
+    check_agui_tags(wire(agui_frames))
     # hermes: per call, one running then one terminal status.
     statuses: dict[str, list[str]] = {}
     for frame in full_stream(bus, "hermes"):
@@ -205,8 +255,11 @@ def check_generated(session: Session) -> None:
         if "type" in payload:  # an approval prompt or its decision, not a status
             assert payload["type"] in ("hermes.approval", "hermes.approval.resolved"), payload
             continue
-        statuses.setdefault(payload["toolCallId"], []).append(payload["status"])
+        status = "denied" if payload.get("denied") else payload["status"]
+        statuses.setdefault(payload["toolCallId"], []).append(status)
     for call_id, seq in statuses.items():
+        if seq == ["denied"]:
+            continue  # refused before it ran: its one status
         assert seq[0] == "running" and len(seq) == 2 and seq[1] != "running", (call_id, seq)
     # Resume: a client cut after any frame — between the messages of one event
     # included — and resumed from that frame's id receives exactly the rest, on the
@@ -258,6 +311,8 @@ def test_peers_accept_generated_sessions() -> None:
                 cases.append(
                     {"name": f"{i}-{name}-join{j}", "dialect": name, "messages": wire(frames)}
                 )
+                if name == "agui":
+                    check_agui_tags(wire(frames))
     results = run_node_checks(cases)
     bad = [r for r in results if not r["ok"]]
     assert not bad, bad[:3]

@@ -265,6 +265,11 @@ class RunScope:
         return f"<RunScope {self.run_id!r} started={self._started} finished={self._finished}>"
 
     @property
+    def started(self) -> bool:
+        """True once ``run.started`` was published."""
+        return self._started
+
+    @property
     def finished(self) -> bool:
         """True once ``run.finished`` was published."""
         return self._finished

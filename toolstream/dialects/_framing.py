@@ -143,8 +143,8 @@ class RunFraming:
         memory = self.messages.get(message_id)
         if memory is None:
             memory = self.messages[message_id] = MessageMemory(message_id)
-            if run_id in self.subruns:
-                memory.subrun = run_id
+            if self.subruns:
+                memory.subrun = self.running_subrun(run_id)
         return memory
 
     def call(self, event: Event) -> CallMemory:
@@ -152,11 +152,18 @@ class RunFraming:
         memory = self.calls.get(event.call_id)
         if memory is None:
             memory = self.calls[event.call_id] = CallMemory(event.call_id, event.tool)
-            if self.subruns and event.run_id in self.subruns:
-                memory.subrun = event.run_id
-        elif self.subruns and memory.subrun != event.run_id and event.run_id in self.subruns:
-            memory.subrun = event.run_id  # adopted by another sub-agent's run (a resume)
+            if self.subruns:
+                memory.subrun = self.running_subrun(event.run_id)
+        elif self.subruns and memory.subrun != event.run_id:
+            # adopted by another sub-agent's run (a framework that resumed it)
+            memory.subrun = self.running_subrun(event.run_id) or memory.subrun
         return memory
+
+    def running_subrun(self, run_id: str | None) -> str | None:
+        """``run_id`` when it is a sub-agent's run still running (what a call or message
+        of it is attributed to); a straggler of a finished one is the run's own."""
+        sub = self.subruns.get(run_id or "")
+        return run_id if sub is not None and sub.open else None
 
     # -- sub-agents ---------------------------------------------------------------------
 
@@ -435,7 +442,11 @@ class RunFramedDialect(BaseDialect):
             if event.parent_call_id is not None:
                 sub = frame.nest(event.run_id or "", event.parent_call_id, event.agent)
                 if sub is not None:  # nested under a call the client knows
-                    return self._subrun_started(sub)
+                    if frame.run is not None:
+                        return self._subrun_started(sub)
+                    # the call outlived its run on the wire (a loose call): framed anew
+                    opened = self._open_run(frame.implicit_id(event.id), implicit=True)
+                    return opened + self._subrun_started(sub)
             if frame.is_nested_start(event):
                 return []
             closing = self._close_run() if frame.implicit else []
@@ -548,8 +559,7 @@ class RunFramedDialect(BaseDialect):
             call = frame.calls.get(snap.call_id)
             if call is None:
                 call = frame.calls[snap.call_id] = CallMemory(snap.call_id, snap.tool)
-                if snap.run_id in frame.subruns:
-                    call.subrun = snap.run_id
+                call.subrun = frame.running_subrun(snap.run_id)
             out += self._reopen(call, snap)
         for run_id in list(pending):  # open, with no open call of their own
             out += self._reopen_subruns(pending, run_id)

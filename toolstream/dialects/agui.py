@@ -247,6 +247,10 @@ class AGUI(RunFramedDialect):
         self, kind: str, phase: str, message_id: str, text: str = "", subrun: str | None = None
     ) -> list[WireMessage]:
         msg = self._msg
+        if subrun is not None:
+            started = self._activate(subrun)
+            if started:
+                return started + self._part(kind, phase, message_id, text, subrun)
         if kind == "text":
             if phase == "start":
                 return [
@@ -428,7 +432,8 @@ class AGUI(RunFramedDialect):
     # -- the hooks of the run framing ---------------------------------------------------
 
     def _batch_phase(self, event: BatchPhase) -> list[WireMessage]:
-        subrun = event.run_id if event.run_id in self._frame.subruns else None
+        sub = self._frame.subruns.get(event.run_id or "")
+        subrun = sub.run_id if sub is not None and sub.wire else None
         return [
             self._custom(
                 "batch.phase",
@@ -451,11 +456,7 @@ class AGUI(RunFramedDialect):
         sub = frame.subruns.get(call.subrun)
         if sub is None:
             return self._own_call_event(call, event)
-        out: list[WireMessage] = []
-        for up in frame.lineage(sub):
-            if not up.wire:
-                up.wire = True
-                out.append(self._subagent_started(up))
+        out = self._activate(sub.run_id)
         out += self._own_call_event(call, event)
         if not sub.open and not any(c.subrun == sub.run_id for c in frame.calls.values()):
             # its run was over already: this segment ends with its last call
@@ -465,6 +466,21 @@ class AGUI(RunFramedDialect):
                     "SUBAGENT_FINISHED", subagentRunId=sub.run_id, outcome={"type": "success"}
                 )
             )
+        return out
+
+    def _activate(self, subrun: str) -> list[WireMessage]:
+        """``SUBAGENT_STARTED`` for a sub-agent (and those it is nested in) not running in
+        the current AG-UI run, before anything attributed to it: it stopped for a person
+        in an earlier AG-UI run, or that run ended while it went on."""
+        frame = self._frame
+        sub = frame.subruns.get(subrun)
+        if sub is None or sub.wire:
+            return []
+        out: list[WireMessage] = []
+        for up in frame.lineage(sub):
+            if not up.wire:
+                up.wire = True
+                out.append(self._subagent_started(up))
         return out
 
     def _own_call_event(self, call: CallMemory, event: Event) -> list[WireMessage]:

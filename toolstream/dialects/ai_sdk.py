@@ -189,6 +189,7 @@ class AISDK(RunFramedDialect):
                 )
             )
         else:
+            call.input = args  # the raw text (what runs, if it is approved)
             out.append(
                 self._msg(
                     "tool-input-error",
@@ -360,7 +361,7 @@ class AISDK(RunFramedDialect):
                 "tool-input-available",
                 toolCallId=call.call_id,
                 toolName=call.tool,
-                input=call.input,
+                input={} if call.input is None else call.input,
                 dynamic=True if self.dynamic else None,
             )
         ]
