@@ -54,6 +54,7 @@ _PING = b": ping\n\n"
 # chat id is its own segment, decoded once, so an encoded "/" or "%" stays in the id.
 _STREAM_PATH = re.compile(r"/([^/]+)/stream/?$")
 _STOP_PATH = re.compile(r"/([^/]+)/stop/?$")
+_DECIDE_PATH = re.compile(r"/([^/]+)/decide/?$")
 
 
 def _path_as_sent(scope: serving.Scope) -> str:
@@ -172,6 +173,13 @@ class ChatApp:
     with ``finishReason: "tool-calls"``; AG-UI: ``RUN_FINISHED`` with the interrupt
     outcome); a client going away never cancels the turn — ``POST …/<chat id>/stop``
     does (authorized like a decision; in-process turns, or ``cancel_turn``).
+
+    Sub-agents stream in both (AG-UI ``SUBAGENT_*`` events; AI SDK: the sub-agent's
+    message as its call's output). The AI SDK has no approvals inside sub-agents: a call
+    of a sub-agent that waits for a person shows ``approval-requested`` inside that
+    message, the response does not end there, and the decision comes through
+    ``POST …/<chat id>/decide`` ``{"approval_id", "approved", "reason"?, "args"?}``
+    (answered as ``SSEApp``'s decision ``POST``), or any other decision endpoint.
     ``authorize`` as the other transports: a principal's ``can_read(session)`` lets it
     chat, ``can_approve(session)`` lets it decide and stop. Bad bodies get 400 with the
     reason, a bus that cannot be reached 503.
@@ -251,6 +259,10 @@ class ChatApp:
         stop = _STOP_PATH.search(path)
         if stop is not None:
             await self._stop(request, stop.group(1), receive, send)
+            return
+        decide = _DECIDE_PATH.search(path)
+        if decide is not None:
+            await self._decide(request, decide.group(1), receive, send)
             return
         await self._post(request, receive, send)
 
@@ -393,9 +405,11 @@ class ChatApp:
             return
         snapshot = await self._snapshot(chat.session)
         runs = {r.run_id: r for r in snapshot.runs}
-        decided = [r for r in outcome.resolutions if r.run_id in runs]
+        # an approval of a sub-agent's call continues the turn its sub-agent is part of
+        turn_of = {r.approval_id: _turn(runs, r.run_id) for r in outcome.resolutions}
+        decided = [r for r in outcome.resolutions if turn_of[r.approval_id] is not None]
         target = max(
-            (runs[str(r.run_id)] for r in decided),
+            (runs[str(turn_of[r.approval_id])] for r in decided),
             key=lambda r: r.started_ts or 0.0,
             default=None,
         )
@@ -424,7 +438,7 @@ class ChatApp:
                 return
             await self._empty(send, continues, chat)  # a retry after everything ended
             return
-        prime = {r.approval_id for r in decided if r.run_id == target.run_id}
+        prime = {r.approval_id for r in decided if turn_of[r.approval_id] == target.run_id}
         await self._replay(chat, target, prime, receive, send, continues=None)
 
     async def _replay(
@@ -561,7 +575,11 @@ class ChatApp:
             )
             return
         try:
-            open_runs = [r.run_id for r in (await self._snapshot(session)).open_runs]
+            open_runs = [
+                r.run_id
+                for r in (await self._snapshot(session)).open_runs
+                if r.parent_call_id is None  # a sub-agent's run ends with its call
+            ]
         except (BusUnavailable, BusClosed) as exc:
             await serving.unavailable(send, exc)
             return
@@ -580,6 +598,37 @@ class ChatApp:
             )
             return
         await serving.send_json(send, 200, {"session": session, "stopped": stopped})
+
+    # -- POST …/<chat id>/decide ------------------------------------------------------------
+
+    async def _decide(
+        self, request: RequestInfo, session: str, receive: serving.Receive, send: serving.Send
+    ) -> None:
+        """A decision on one of the chat's approvals (one no client protocol can carry:
+        a call of a sub-agent, for the AI SDK), answered as the decision endpoints do."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            await serving.respond(
+                send, 415, "a decision is sent as application/json", code="invalid"
+            )
+            return
+        raw = await serving.read_body(receive, self.max_body_bytes)
+        if raw is None:
+            await serving.respond(
+                send, 413, f"the body is over {self.max_body_bytes} bytes", code="invalid"
+            )
+            return
+        admitted = await self._chat_of(request, session, send)
+        if admitted is None:
+            return
+        session, principal = admitted
+        try:
+            decision = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            await serving.respond(send, 400, "the body is not JSON", code="invalid")
+            return
+        outcome = await serving.decide(self.bus, principal, session, decision)
+        await serving.send_json(send, outcome.status, outcome.body)
 
     # -- the response stream ------------------------------------------------------------------
 
@@ -666,19 +715,31 @@ class _Pump:
         self.prime = None if prime is None else set(prime)
         self.decided = decided
         self.waiting: set[str] = set()
+        # The AI SDK client answers only its message's own approvals: one asked inside
+        # a sub-agent (decided through a decision endpoint) does not end the response.
+        self.own_only = isinstance(encoder.dialect, AISDK)
+
+    def _asks(self, event: ApprovalRequested) -> bool:
+        """Whether ``event`` asks the client (the response ends there)."""
+        if event.approval_id in self.decided:
+            return False
+        return not self.own_only or event.run_id == self.sub.run
 
     def _track(self, event: Event) -> None:
         """Keep the set of approvals waiting for a decision up to date."""
         if isinstance(event, ApprovalRequested):
-            if event.approval_id not in self.decided:
+            if self._asks(event):
                 self.waiting.add(event.approval_id)
         elif isinstance(event, ApprovalResolved):
             self.waiting.discard(event.approval_id)
         elif isinstance(event, StreamReset):
+            run = self.sub.run
             self.waiting = {
                 c.approval.approval_id
                 for c in event.snapshot.calls
-                if c.approval and c.approval.approval_id not in self.decided
+                if c.approval
+                and c.approval.approval_id not in self.decided
+                and not (self.own_only and c.run_id != run)
             }
 
     def _primed(self, event: Event) -> bool:
@@ -736,7 +797,7 @@ class _Pump:
                 for k, event in enumerate(sent):
                     if (
                         isinstance(event, ApprovalRequested)
-                        and event.approval_id not in self.decided
+                        and self._asks(event)
                         and event.approval_id not in settled
                     ):
                         ends = k
@@ -800,9 +861,25 @@ def _log_failure(what: str, session: str, run_id: str, exc: BaseException) -> No
     logger.debug("the failure of chat %r run %r", session, run_id, exc_info=exc)
 
 
+def _turn(runs: dict[str, RunSnapshot], run_id: str | None) -> str | None:
+    """The turn (a run of its own) ``run_id`` is part of: itself, or, for a sub-agent's
+    run, the run its parent calls' runs go up to; None for a run the chat no longer
+    knows."""
+    seen: set[str] = set()
+    while run_id is not None and run_id in runs and run_id not in seen:
+        run = runs[run_id]
+        if run.parent_call_id is None:
+            return run_id
+        seen.add(run_id)
+        run_id = run.parent_run_id
+    return None
+
+
 def _newest(snapshot: Snapshot) -> RunSnapshot | None:
-    """The chat's newest open run (the active turn), if any."""
-    return max(snapshot.open_runs, key=lambda r: r.started_ts or 0.0, default=None)
+    """The chat's newest open run (the active turn; a sub-agent's run is part of its
+    turn), if any."""
+    turns = [r for r in snapshot.open_runs if r.parent_call_id is None]
+    return max(turns, key=lambda r: r.started_ts or 0.0, default=None)
 
 
 def _frames(encoder: Encoder, messages: list[WireMessage]) -> list[bytes]:
