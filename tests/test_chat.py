@@ -570,3 +570,71 @@ def test_the_chat_package_exports_what_the_docs_name() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "chat.md").read_text()
     for name in ("ChatApp", "TurnRequest", "start_turn", "cancel_turn", "user_text"):
         assert name in doc
+
+
+async def delegating_agent(request: TurnRequest) -> None:
+    """A turn whose tool runs a sub-agent, one of whose calls needs a person."""
+    assert request.bus is not None
+    async with (
+        ts.Tracker(request.bus, request.session) as tracker,
+        tracker.run(request.run_id),
+        tracker.call("assistant", {"task": "mail"}, call_id="c1") as assistant,
+        assistant.subagent("mailer"),
+        tracker.call("send_email", {"to": "bob"}, approval="Sends mail", call_id="c2") as mail,
+    ):
+        mail.complete({"sent": True})
+
+
+@pytest.mark.parametrize("dialect", ["ai_sdk", "agui"])
+async def test_a_subagents_approval_in_a_chat(bus: ts.EventBus, dialect: str) -> None:
+    """AI SDK: the response does not end at a sub-agent's approval (the client only
+    answers its message's own); the person decides with POST …/<chat id>/decide and the
+    same response goes on to the end. AG-UI: the response ends at the interrupt (tagged
+    with the sub-agent) and a resume continues the turn."""
+
+    async def start_turn(request: TurnRequest) -> None:
+        request.start_soon(delegating_agent, request)
+
+    app = ChatApp(bus, start_turn, dialect=dialect)  # type: ignore[arg-type]
+    with serve(app) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+            if dialect == "agui":
+                first = await http.post(API, json=agui_input("Mail bob", "c1", "t1"))
+                events = chunks(first.text)
+                finished = events[-1]
+                assert finished["type"] == "RUN_FINISHED"
+                [interrupt] = finished["outcome"]["interrupts"]
+                assert interrupt["subagentRunId"].startswith("run_")
+                resumed = agui_input("", "c1", "t2")
+                resumed["messages"] = []
+                resumed["resume"] = [
+                    {"interruptId": interrupt["id"], "status": "resolved", "payload": True}
+                ]
+                more = chunks((await http.post(API, json=resumed)).text)
+                assert [e["type"] for e in more][:2] == ["RUN_STARTED", "SUBAGENT_STARTED"]
+                assert more[-1]["type"] == "RUN_FINISHED" and "outcome" not in more[-1]
+                return
+
+            async def decide() -> None:
+                await eventually(lambda: any(c.approval for c in bus.snapshot("c1").calls))
+                pending = next(c.approval for c in bus.snapshot("c1").calls if c.approval)
+                wrong = await http.post(
+                    "/api/c1/decide", content=b"{}", headers={"content-type": "text/plain"}
+                )
+                assert wrong.status_code == 415
+                response = await http.post(
+                    "/api/c1/decide", json={"approval_id": pending.approval_id, "approved": True}
+                )
+                assert response.status_code == 200, response.text
+                assert response.json()["by"] == "anonymous"
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(decide)
+                response = await http.post(API, json=user("Mail bob"))
+    streamed = chunks(response.text)
+    assert kinds(streamed)[-3:] == ["finish-step", "finish", "[DONE]"]
+    assert {"type": "finish", "finishReason": "tool-calls"} not in streamed
+    final = [c for c in streamed if isinstance(c, dict) and c["type"] == "tool-output-available"]
+    states = [c["output"]["parts"][-1]["state"] for c in final if c["output"]["parts"][1:]]
+    assert "approval-requested" in states and states[-1] == "output-available"
+    assert final[-1]["output"]["metadata"]["subagents"][0]["agent"] == "mailer"

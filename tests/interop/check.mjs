@@ -56,6 +56,8 @@ async function checkAiSdk(messages) {
     out.push({
       id: last?.id ?? null,
       errors,
+      // the whole message as JSON (undefined fields left out), as a client stores it
+      full: last === undefined ? null : JSON.parse(JSON.stringify(last)),
       parts: (last?.parts ?? []).filter((p) => p.type !== 'step-start').map((p) => ({
         type: p.type, state: p.state ?? null, toolCallId: p.toolCallId ?? null,
         output: p.output ?? null, errorText: p.errorText ?? null, input: p.input ?? null,

@@ -682,8 +682,24 @@ class AGUI(RunFramedDialect):
                 self._wire_run = None
                 return out
             out += self._continue()
-        for call in self._frame.open_calls():
-            out += self._end_call(call, "Cancelled: the stream ended before the call")
+        ended = "Cancelled: the stream ended before the call"
+        for sub in reversed(list(frame.subruns.values())):  # children before parents
+            for call in frame.open_calls():
+                if call.subrun == sub.run_id:
+                    out += self._end_call(call, ended)
+            out += self._end_messages(sub.run_id)
+            if sub.wire:
+                sub.wire = False
+                out.append(
+                    self._msg(
+                        "SUBAGENT_ERROR",
+                        subagentRunId=sub.run_id,
+                        message="the stream ended before the sub-agent",
+                        code="cancelled",
+                    )
+                )
+        for call in frame.open_calls():
+            out += self._end_call(call, ended)
         return out + self._close_run()
 
 
