@@ -254,3 +254,33 @@ def test_tail_shows_a_call_waiting_for_approval_then_its_outcome(
         assert any("send_email was denied by alice" in line for line in term.text)
     finally:
         assert term.stop() == 0
+
+
+def test_tail_indents_a_subagents_calls_under_their_call_and_collapses_them(
+    bus: ts.EventBus, server: Served
+) -> None:
+    tracker = ts.Tracker(bus, "s")
+    research = tracker.create("research", call_id="c1")
+    research.start({"topic": "anyio"})
+    sub = research.subagent("researcher").start()
+    search = tracker.create("search", call_id="c2", run_id=sub.run_id)
+    search.start({"q": "anyio"})
+    search.progress(0.5, message="reading results")
+    term = Terminal([*TAIL, f"{server.url}/?session=s"])
+    try:
+        term.wait_for(lambda text: any("↳ search" in line for line in text))
+        rows = [line for line in term.text if "research" in line or "search" in line]
+        assert rows[0].lstrip().split()[1] == "research"  # the parent first, the child under it
+        assert "reading results" in rows[1]
+        search.complete(["hit"])
+        research.complete("done")  # its sub-agent's calls collapse to one line
+        tracker.flush()
+        term.wait_for(lambda text: any("researcher: 1 call (1 completed)" in line for line in text))
+        assert not any("↳ search" in line for line in term.text)
+    finally:
+        assert term.stop() == 0
+    expanded = Terminal([*TAIL, "--expand", f"{server.url}/?session=s"])
+    try:
+        expanded.wait_for(lambda text: any("↳ search" in line for line in text))
+    finally:
+        assert expanded.stop() == 0

@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--dialect", default="native", help="wire dialect (default native)")
     tail.add_argument("--json", action="store_true", help="print one event per line, for scripts")
     tail.add_argument(
+        "--expand",
+        action="store_true",
+        help="show every sub-agent's calls (by default a finished call's collapse to one line)",
+    )
+    tail.add_argument(
         "--header", action="append", default=[], metavar="NAME:VALUE", help="an HTTP header"
     )
     return parser
@@ -109,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             headers[name.strip()] = value.strip()
         session = args.session or _query_session(args.url) or "demo"
         return run_tail(
-            args.url, session=session, dialect=args.dialect, as_json=args.json, headers=headers
+            args.url,
+            session=session,
+            dialect=args.dialect,
+            as_json=args.json,
+            headers=headers,
+            expand=args.expand,
         )
     return 2  # pragma: no cover - argparse rejects unknown commands
 

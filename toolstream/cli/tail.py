@@ -55,10 +55,14 @@ async def _print_json(client: SSEClient | WebSocketClient, dialect: str) -> None
             sys.stdout.flush()
 
 
-async def _show(client: SSEClient | WebSocketClient, title: str, tg: TaskGroup) -> None:
+async def _show(
+    client: SSEClient | WebSocketClient, title: str, tg: TaskGroup, *, expand: bool = False
+) -> None:
     from .terminal import LiveRenderer
 
-    with LiveRenderer(client.view, title=title, status=lambda: client.status) as screen:
+    with LiveRenderer(
+        client.view, title=title, status=lambda: client.status, expand=expand
+    ) as screen:
 
         async def tick() -> None:  # spinners, elapsed times, the connection status
             while True:
@@ -79,7 +83,13 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
 
 
 async def _tail(
-    url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
+    url: str,
+    *,
+    session: str,
+    dialect: str,
+    as_json: bool,
+    headers: dict[str, str],
+    expand: bool = False,
 ) -> None:
     raw = as_json or dialect != "native"
 
@@ -96,7 +106,8 @@ async def _tail(
             if raw:
                 await _print_json(client, dialect)
             else:
-                await _show(client, f"toolstream tail {url} — session {session}", tg)
+                title = f"toolstream tail {url} — session {session}"
+                await _show(client, title, tg, expand=expand)
         except (ts.ToolstreamError, BrokenPipeError) as exc:
             failure = exc  # raised below, outside the task group (not in a group)
         tg.cancel_scope.cancel()
@@ -105,12 +116,27 @@ async def _tail(
 
 
 def run_tail(
-    url: str, *, session: str, dialect: str, as_json: bool, headers: dict[str, str]
+    url: str,
+    *,
+    session: str,
+    dialect: str,
+    as_json: bool,
+    headers: dict[str, str],
+    expand: bool = False,
 ) -> int:
-    """Follow ``url`` until Ctrl-C, SIGTERM or a closed stdout; returns the exit code."""
+    """Follow ``url`` until Ctrl-C, SIGTERM or a closed stdout; returns the exit code.
+    A sub-agent's calls are indented under their call, collapsed to one line once it
+    ended (``expand``: always shown)."""
     try:
         anyio.run(
-            lambda: _tail(url, session=session, dialect=dialect, as_json=as_json, headers=headers),
+            lambda: _tail(
+                url,
+                session=session,
+                dialect=dialect,
+                as_json=as_json,
+                headers=headers,
+                expand=expand,
+            ),
             backend="asyncio",
         )
     except KeyboardInterrupt:

@@ -91,22 +91,106 @@ def _elapsed(call: CallSnapshot, now: float) -> str:
     return format_duration(max(0.0, end - start))
 
 
+#: One row of the table: a call at a depth of the sub-agents' tree, or (``call`` None)
+#: the one line a finished call's sub-agents collapse to.
+Row = tuple[int, "CallSnapshot | None", str]
+
+
+def _block(
+    view: LiveView, call: CallSnapshot, children: dict[str, list[CallSnapshot]], expand: bool
+) -> list[Row]:
+    """A top-level call's rows: itself, then its sub-agents' calls indented under it
+    while it is open (or with ``expand``); a finished call's collapse to one line."""
+    rows: list[Row] = []
+
+    def add(node: CallSnapshot, depth: int) -> None:
+        rows.append((depth, node, ""))
+        below = children.get(node.call_id)
+        if not below:
+            return
+        if node.state.terminal and not expand:
+            rows.append((depth + 1, None, _collapsed(view, node, below, children)))
+            return
+        for child in below:
+            add(child, depth + 1)
+
+    add(call, 0)
+    return rows
+
+
+def _collapsed(
+    view: LiveView,
+    call: CallSnapshot,
+    below: list[CallSnapshot],
+    children: dict[str, list[CallSnapshot]],
+) -> str:
+    """``researcher: 5 calls (4 completed, 1 failed)``: a finished call's sub-agents."""
+    every: list[CallSnapshot] = []
+    todo = list(below)
+    while todo:
+        node = todo.pop()
+        every.append(node)
+        todo += children.get(node.call_id, [])
+    agents = [view.runs[r].agent for r in call.subruns if r in view.runs and view.runs[r].agent]
+    counts = Counter(c.state.value for c in every)
+    detail = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    who = ", ".join(dict.fromkeys(a for a in agents if a)) or "sub-agent"
+    noun = "call" if len(every) == 1 else "calls"
+    return f"{who}: {len(every)} {noun} ({detail})"
+
+
+def _tree(view: LiveView) -> tuple[list[CallSnapshot], dict[str, list[CallSnapshot]]]:
+    """The calls no other call of the view holds, and each call's sub-agents' calls."""
+    calls = list(view.calls.values())
+    known = {c.call_id for c in calls}
+    children: dict[str, list[CallSnapshot]] = {}
+    top: list[CallSnapshot] = []
+    for call in calls:
+        parent = call.parent_call_id
+        if parent is not None and parent in known and parent != call.call_id:
+            children.setdefault(parent, []).append(call)
+        else:
+            top.append(call)
+    return top, children
+
+
 def _pick(
-    calls: list[CallSnapshot], rows: int
-) -> tuple[list[CallSnapshot], list[CallSnapshot], int]:
-    """The calls to show in ``rows`` rows (open ones first, then the newest finished,
-    newest first), the finished ones left out, and how many open ones are left out
-    (only when even they do not fit). A row is kept for the count."""
-    open_calls = [c for c in calls if not c.state.terminal]
-    finished = [c for c in calls if c.state.terminal]
+    blocks: list[tuple[CallSnapshot, list[Row]]], rows: int
+) -> tuple[list[Row], list[CallSnapshot], int]:
+    """The rows to show in ``rows`` lines (open calls first, then the newest finished,
+    newest first; a call with the rows of its sub-agents), the finished calls left out,
+    and how many open ones are left out (only when even they do not fit). A row is kept
+    for the count."""
+    open_blocks = [b for b in blocks if not b[0].state.terminal]
+    finished = [b for b in blocks if b[0].state.terminal]
     finished.reverse()
-    if len(open_calls) + len(finished) <= rows:
-        return open_calls + finished, [], 0
+    total = sum(len(b[1]) for b in open_blocks + finished)
+    if total <= rows:
+        return [r for _, block in open_blocks + finished for r in block], [], 0
     room = rows - 1  # one line says what is not shown
-    if len(open_calls) >= room:  # the newest open calls
-        return open_calls[-room:], finished, len(open_calls) - room
-    shown = room - len(open_calls)
-    return open_calls + finished[:shown], finished[shown:], 0
+    open_rows = sum(len(b[1]) for b in open_blocks)
+    if open_rows >= room:  # the newest open calls
+        shown: list[tuple[CallSnapshot, list[Row]]] = []
+        used = 0
+        for entry in reversed(open_blocks):
+            if used + len(entry[1]) > room:
+                break
+            shown.insert(0, entry)
+            used += len(entry[1])
+        if not shown and open_blocks:  # a call with more sub-agents' rows than fit
+            shown, used = [(open_blocks[-1][0], open_blocks[-1][1][:room])], room
+        left = len(open_blocks) - len(shown)
+        return [r for _, block in shown for r in block], [b[0] for b in finished], left
+    kept: list[Row] = [r for _, block in open_blocks for r in block]
+    hidden: list[CallSnapshot] = []
+    budget = room - open_rows
+    for call, call_rows in finished:
+        if not hidden and len(call_rows) <= budget:
+            kept += call_rows
+            budget -= len(call_rows)
+        else:
+            hidden.append(call)
+    return kept, hidden, 0
 
 
 def _left_out(hidden: list[CallSnapshot], open_hidden: int) -> Text:
@@ -127,9 +211,12 @@ def render_view(
     status: Text | str | None = None,
     width: int | None = None,
     height: int | None = None,
+    expand: bool = False,
 ) -> RenderableType:
     """The view's newest run, the agent's newest words and the newest batch, and as many
-    calls as ``height`` lines hold (all of them without a height)."""
+    calls as ``height`` lines hold (all of them without a height). A sub-agent's calls
+    are indented under the call that runs it; once that call ended they collapse to one
+    line (all shown with ``expand``)."""
     now = time.time()
     lines: list[RenderableType] = []
     # The connection status first: a long title (a URL) must not push it off the line.
@@ -139,7 +226,8 @@ def render_view(
         head.append("  ")
     head.append(title, style="bold")
     lines.append(head)
-    for run in list(view.runs.values())[-1:]:
+    turns = [r for r in view.runs.values() if r.parent_call_id is None]
+    for run in turns[-1:]:
         lines.append(
             Text(
                 f"run {run.run_id}: {run.title or ''} [{run.state}]",
@@ -172,12 +260,23 @@ def render_view(
         table.add_column("time", justify="right", width=6, no_wrap=True)
     table.add_column("summary", ratio=1, no_wrap=True, overflow="ellipsis", min_width=10)
 
-    calls = list(view.calls.values())
+    top, children = _tree(view)
+    blocks = [(call, _block(view, call, children, expand)) for call in top]
     # With a height, the last line stays free: a terminal scrolls when it is written.
-    rows = len(calls) if height is None else max(height - len(lines) - _TABLE_LINES - 1, 2)
-    shown, hidden, open_hidden = _pick(calls, rows)
-    for call in shown:
-        cells: list[RenderableType] = [_icon(call), call.tool, _state(call)]
+    total = sum(len(rows) for _, rows in blocks)
+    rows = total if height is None else max(height - len(lines) - _TABLE_LINES - 1, 2)
+    shown, hidden, open_hidden = _pick(blocks, rows)
+    for depth, call, collapsed in shown:
+        indent = "  " * (depth - 1) + "↳ " if depth else ""
+        if call is None:
+            cells: list[RenderableType] = [Text(""), Text(indent + "…", style="bright_black")]
+            cells.append(Text("collapsed", style="bright_black"))
+            if not narrow:
+                cells.append("")
+            cells.append(Text(collapsed, style="bright_black"))
+            table.add_row(*cells)
+            continue
+        cells = [_icon(call), indent + call.tool, _state(call)]
         if not narrow:
             cells.append(_elapsed(call, now))
         cells.append(_detail(call))
@@ -206,6 +305,7 @@ class LiveRenderer:
         console: Console | None = None,
         fps: float = 10,
         status: Callable[[], object] | None = None,
+        expand: bool = False,
     ) -> None:
         from rich.live import Live
 
@@ -213,6 +313,7 @@ class LiveRenderer:
         self._title = title
         self._console = console or Console()
         self._status = status
+        self._expand = expand
         self._live = Live(console=self._console, auto_refresh=False, transient=False)
         self._interval = 1.0 / fps
         self._last = 0.0
@@ -226,6 +327,7 @@ class LiveRenderer:
             status=_status_text(self._status()) if self._status is not None else None,
             width=size.width,
             height=size.height,
+            expand=self._expand,
         )
 
     def __enter__(self) -> LiveRenderer:
