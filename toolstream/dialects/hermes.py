@@ -63,7 +63,7 @@ class Hermes(BaseDialect):
         self._done: set[str] = set()
         self._inputs: dict[str, object] = {}
         # Sub-agents' runs seen, and the place in the tree of the calls open in them.
-        self._subruns: set[str] = set()
+        self._subruns: dict[str, None] = {}
         self._nested: dict[str, dict[str, str]] = {}
 
     def _message(
@@ -75,6 +75,12 @@ class Hermes(BaseDialect):
         if self._nested:
             payload.update(self._nested.get(call_id, ()))
         return WireMessage(event=EVENT, payload=payload)
+
+    def _sub(self, run_id: str) -> None:
+        """A sub-agent's run seen (the newest ones remembered: bounded)."""
+        self._subruns[run_id] = None
+        if len(self._subruns) > _MAX_PLACES:
+            del self._subruns[next(iter(self._subruns))]
 
     def _place(self, call_id: str, parent_call_id: str | None, run_id: str | None) -> None:
         """Remember where a call sits in the sub-agents' tree (if anywhere)."""
@@ -115,7 +121,7 @@ class Hermes(BaseDialect):
             if isinstance(event, StreamReset):
                 return self._reset(event)
             if isinstance(event, RunStarted) and event.parent_call_id is not None:
-                self._subruns.add(event.run_id or "")
+                self._sub(event.run_id or "")
             return []
         if call_id in self._done:
             return []
@@ -225,7 +231,7 @@ class Hermes(BaseDialect):
     def _learn(self, snapshot: Snapshot) -> None:
         for run in snapshot.runs:
             if run.parent_call_id is not None:
-                self._subruns.add(run.run_id)
+                self._sub(run.run_id)
         for call in snapshot.calls:
             if not call.state.terminal:
                 self._place(call.call_id, call.parent_call_id, call.run_id)
