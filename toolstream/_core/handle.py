@@ -36,6 +36,7 @@ from .events import (
 from .jsonenc import safe_text
 from .publishers import hot_publisher
 from .redaction import ArgsRedactor, TextRedactor
+from .subagents import end_subruns
 from .summaries import APPROVAL, CANCELLED, ERROR, RESULT, START
 
 if TYPE_CHECKING:
@@ -556,76 +557,6 @@ class CallHandle:
             _check_id("run_id", run_id)
         return RunScope(self._tracker, run_id or _new_id("run"), None, parent=self, agent=name)
 
-    def _may_nest(self, run: RunScope) -> bool:
-        """Whether ``run`` may start as a sub-agent of this call (the tracker's lock is
-        held): the call runs (started now if need be), is not hidden and is not too deep.
-        False after a violation (the call ended, or waits for a person), and for a hidden
-        call (nobody sees it: its sub-agent's run is a run of its own)."""
-        t = self._tracker
-        if self.hidden:
-            return False
-        if not self._report("subagent", self._state < DONE, runs=True):
-            return False
-        depth = t._depth_of(self) + 1
-        if depth > t.max_subagent_depth:
-            raise LifecycleError(
-                f"call {self.call_id!r} ({self.tool}): a sub-agent at depth {depth} is past "
-                f"max_subagent_depth={t.max_subagent_depth} (run {run.run_id!r})",
-                call_id=self.call_id,
-                state=str(self.state),
-                attempted="subagent",
-            )
-        run.depth = depth
-        return True
-
-    def _adopt(self, run: RunScope) -> None:
-        """``run`` started as a sub-agent of this call (lock held)."""
-        if self._subruns is None:
-            self._subruns = [run]
-        else:
-            self._subruns.append(run)
-
-    def _release(self, run: RunScope) -> None:
-        """``run`` finished (lock held): forgotten, unless it stopped to wait for a person
-        (its waiting calls still end with this call)."""
-        subs = self._subruns
-        if subs is not None and not run._interrupted:
-            try:
-                subs.remove(run)
-            except ValueError:
-                pass
-
-    def _waits(self) -> bool:
-        """True while this call, or a call of one of its sub-agents, waits for a person
-        (a run finished ``"interrupted"`` keeps such calls open; lock held)."""
-        if self._approval is not None:
-            return True
-        subs = self._subruns
-        if not subs:
-            return False
-        runs = {run.run_id for run in subs}
-        return any(h.run_id in runs and h._waits() for h in list(self._tracker._open.values()))
-
-    def _end_subruns(self, state: CallState, fields: dict[str, Any]) -> None:
-        """This call ends: its sub-runs still open end first (cancelled, the reason saying
-        so), with their calls; the calls left waiting by a sub-run that stopped for a
-        person end too (lock held)."""
-        subs = self._subruns
-        self._subruns = None
-        if not subs:
-            return
-        detail = fields.get("reason")
-        error = fields.get("error")
-        if isinstance(error, ErrorInfo):
-            detail = f"{error.type}: {error.message}" if error.message else error.type
-        reason = f"parent call {state.value}" + (f": {detail}" if detail else "")
-        t = self._tracker
-        for run in reversed(subs):  # the newest first
-            if not run._finished:
-                run._finish_locked("cancelled", None, reason)
-            else:
-                t._close_calls([h for h in t._open.values() if h.run_id == run.run_id], reason)
-
     # -- approval ----------------------------------------------------------------------
 
     def await_approval(self, reason: str | None = None, timeout: float | None = None) -> str:
@@ -765,7 +696,7 @@ class CallHandle:
         if self._state == NEW:
             self._start_locked(UNSET, None)
         if self._subruns is not None:
-            self._end_subruns(state, fields)  # children before their parent
+            end_subruns(self, state, fields)  # children before their parent
         self._hot = False  # before anything that ends the call: no progress follows it
         self._flush(final=True)
         duration = self.duration_s

@@ -19,6 +19,7 @@ import anyio
 import anyio.abc
 from typing_extensions import Self
 
+from . import subagents
 from .errors import ApprovalDenied
 from .events import BatchPhase, ErrorInfo, RunFinished, RunOutcome, RunStarted
 from .handle import AWAITING, DONE, READY, RUNNING, CallHandle
@@ -298,7 +299,7 @@ class RunScope:
                     f"run {self.run_id!r}: the tracker is closed", self.run_id, "closed", "start"
                 )
                 return self
-            if parent is not None and not parent._may_nest(self):
+            if parent is not None and not subagents.may_nest(parent, self):
                 if self._given_parent and not parent.hidden:
                     return self  # a violation: the call ended, or waits for a person
                 parent = self._parent = None  # a run of its own
@@ -311,7 +312,7 @@ class RunScope:
             self.agent = self.agent or parent.tool
             t._runs[self.run_id] = self
             t._nested += 1
-            parent._adopt(self)
+            subagents.adopt(parent, self)
             t._publish(
                 RunStarted,
                 run_id=self.run_id,
@@ -356,7 +357,11 @@ class RunScope:
         self._finished = True
         keep = outcome == "interrupted"  # calls waiting for a decision stay open
         t._close_calls(
-            [h for h in t._open.values() if h.run_id == self.run_id and not (keep and h._waits())],
+            [
+                h
+                for h in t._open.values()
+                if h.run_id == self.run_id and not (keep and subagents.waits(h))
+            ],
             reason or "run finished",
         )
         t._finish_messages(self.run_id)
@@ -365,7 +370,7 @@ class RunScope:
         if parent is not None:
             t._nested -= 1
             self._interrupted = keep
-            parent._release(self)
+            subagents.release(parent, self)
         t._publish(
             RunFinished,
             run_id=self.run_id,
