@@ -271,7 +271,7 @@ class SSEApp:
         try:
             await serving.event_stream(self._streams, receive, send, lambda: self._pump(pump, send))
         finally:
-            self._cache.users -= 1
+            self._cache.leave()
             pump.subscription.close()  # released at once, whatever ended the stream
 
     async def _pump(self, pump: Pump[bytes], send: serving.Send) -> None:

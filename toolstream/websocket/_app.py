@@ -481,5 +481,5 @@ class _Connection:
             except _Gone:
                 pass
         finally:
-            cache.users -= 1
+            cache.leave()
             pump.subscription.close()
