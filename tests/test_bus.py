@@ -6,8 +6,6 @@ import asyncio
 import gc
 import json
 import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -15,6 +13,7 @@ import anyio.lowlevel
 import pytest
 
 import toolstream as ts
+from tests.memory import traced
 from toolstream.testing import assert_ids_increase
 
 
@@ -102,25 +101,6 @@ async def test_replay_bytes_budget_bounds_memory_whatever_the_event_size() -> No
     # the largest session gave up its oldest events first; the small one kept its own
     assert len(bus._logs["small"].events) == 50
     assert len(bus._logs["big"].events) < 10
-
-
-@contextmanager
-def traced() -> Iterator[list[int]]:
-    """Trace allocations while the block runs; the list gets the bytes still allocated
-    at its end, counted from its start."""
-    was_tracing = tracemalloc.is_tracing()
-    if not was_tracing:
-        tracemalloc.start()
-    held = [0]
-    gc.collect()
-    start = tracemalloc.get_traced_memory()[0]
-    try:
-        yield held
-        gc.collect()
-        held[0] = tracemalloc.get_traced_memory()[0] - start
-    finally:
-        if not was_tracing:
-            tracemalloc.stop()
 
 
 def test_stalled_subscribers_pay_for_their_bytes_not_the_other_sessions() -> None:

@@ -515,7 +515,7 @@ class ChatApp:
                 self._streams,
                 receive,
                 send,
-                lambda: self._pump(sub, encoder, send, waiting, started, head or []),
+                lambda send: self._pump(sub, encoder, send, waiting, started, head or []),
             )
         except OSError:  # the client went away before the stream began
             pass
