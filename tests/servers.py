@@ -83,7 +83,7 @@ def serve(
         uvicorn.Config(
             app,
             lifespan=config.pop("lifespan", "off"),
-            log_level="warning",
+            log_level=config.pop("log_level", "warning"),
             ws=ws,
             timeout_graceful_shutdown=config.pop("timeout_graceful_shutdown", 0.5),
             **config,
