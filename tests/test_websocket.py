@@ -787,3 +787,41 @@ def test_work_for_a_socket_that_is_gone_stops(bus: ts.EventBus) -> None:
         app.ticking = False
     handled = sum(app.taken[-1].values())
     assert handled < 1_000, handled
+
+
+async def test_a_socket_whose_writes_never_return_is_closed_at_the_deadline() -> None:
+    # The deadline is watched beside the writers, on asyncio and trio: a server whose
+    # send never returns once the subscription is answered, as a client that stopped
+    # reading makes it. The socket is closed 4408 and its subscription released; the
+    # close frame, which cannot be written either, is given up after one more deadline.
+    import anyio
+
+    bus = ts.EventBus()
+    app = WebSocketApp(bus, write_timeout=0.2, ping_interval=600)
+    sent: list[Any] = []
+    inbox = iter(
+        [
+            {"type": "websocket.connect"},
+            {"type": "websocket.receive", "text": '{"op": "subscribe", "session": "s1"}'},
+        ]
+    )
+
+    async def receive() -> Any:
+        for message in inbox:
+            return message
+        await anyio.sleep_forever()
+        raise AssertionError("never woken")
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if message["type"] == "websocket.close" or len(sent) > 2:  # accept, subscribed
+            await anyio.sleep_forever()
+
+    scope = {"type": "websocket", "path": "/", "headers": [], "query_string": b""}
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await anyio.sleep(0.05)
+            ts.Tracker(bus, "s1").create("t").complete("r")
+    assert bus.subscriber_count() == 0 and app.open_sockets == 0
+    assert sent[-1]["type"] == "websocket.close" and sent[-1]["code"] == 4408, sent[-1]
