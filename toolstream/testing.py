@@ -176,8 +176,9 @@ def assert_lifecycle(
     terminal, exactly one terminal ends it and nothing follows; every announced
     call ended (unless ``allow_open``); a run's calls ended before its
     ``run.finished`` (a run finished ``interrupted`` may leave open the calls that
-    asked for approval, decided or not: the run that resumes them adopts them), and each run started and finished once; every approval requested
-    is resolved exactly once (unless ``allow_open``), and only a requested one; every
+    asked for approval, decided or not: the run that resumes them adopts them), and
+    each run started and finished once; every approval requested is resolved exactly
+    once (unless ``allow_open``), and only a requested one; every
     message starts once, gets text only while open, finishes once, and before its run's
     ``run.finished``.
     """
