@@ -29,9 +29,15 @@ def open_bus(url: str, prefix: str) -> Any:
             # server: a lease shorter than that gets live workers reaped.
             return NatsBus(url.split(","), prefix=prefix, lease=15.0, replicas=3)
         return NatsBus(url, prefix=prefix, lease=1.0)
+    import redis
+
     from toolstream.redis import RedisBus
 
-    return RedisBus(url, prefix=prefix, lease=1.0)
+    # A Redis Cluster fails a master over in a few seconds too (its node timeout): a
+    # one-second lease got live workers reaped while the test disrupted the cluster.
+    with redis.Redis.from_url(url) as probe:
+        clustered = probe.info("cluster").get("cluster_enabled") == 1
+    return RedisBus(url, prefix=prefix, lease=15.0 if clustered else 1.0)
 
 
 async def worker(url: str, prefix: str, session: str, calls: int, rate: float) -> None:

@@ -66,9 +66,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterator[Served]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port unless given)."""
+def serve(
+    app: Any, *, port: int = 0, ws: str = "none", sndbuf: int | None = None, **config: Any
+) -> Iterator[Served]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port unless given). ``sndbuf``: the
+    kernel's send buffer of every connection (inherited from the listening socket; fixed,
+    not grown by the kernel), so a client that stops reading stops the server's writes
+    after little data."""
     sock = bind(port)
+    if sndbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     actual = sock.getsockname()[1]
     server = uvicorn.Server(
         # A server in a thread has no signal handler for toolstream to watch: let
@@ -76,7 +83,7 @@ def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterat
         uvicorn.Config(
             app,
             lifespan=config.pop("lifespan", "off"),
-            log_level="warning",
+            log_level=config.pop("log_level", "warning"),
             ws=ws,
             timeout_graceful_shutdown=config.pop("timeout_graceful_shutdown", 0.5),
             **config,
@@ -96,6 +103,16 @@ def serve(app: Any, *, port: int = 0, ws: str = "none", **config: Any) -> Iterat
         if thread.is_alive():
             served.stop()
         sock.close()
+
+
+def settles(condition: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Wait (blocking: for sync tests) until ``condition()`` holds; AssertionError after
+    ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within} s")
+        time.sleep(0.01)
 
 
 async def eventually(condition: Callable[[], bool], *, within: float = 5.0) -> None:

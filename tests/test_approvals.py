@@ -9,6 +9,7 @@ import pytest
 
 import toolstream as ts
 from tests.servers import eventually
+from toolstream.testing import assert_lifecycle
 
 pytestmark = pytest.mark.anyio
 
@@ -333,6 +334,26 @@ async def test_a_run_interrupted_for_approval_is_resumed_by_the_next_run() -> No
     assert finished.outcome == "interrupted"
     assert ("tool.started", "r2") in kinds and ("tool.completed", "r2") in kinds
     tracker.close()
+
+
+async def test_a_call_decided_before_the_interrupt_stays_open_for_the_next_run() -> None:
+    """Decided, never started, then the run is interrupted: the call stays open (the
+    run that resumes it adopts it), and the stream is well formed for it (found by the
+    randomized lifecycles)."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    run = tracker.run(run_id="r1").start()
+    handle = tracker.create("send", call_id="c1", run_id="r1")
+    handle.ready({"to": "bob"})
+    approval_id = handle.await_approval("Sends mail")
+    await bus.resolve_approval("s", approval_id, approved=True, by="alice")
+    run.finish("interrupted")
+    assert handle.state is ts.CallState.AWAITING_APPROVAL
+    assert_lifecycle(events_of(bus), allow_open=True)
+    async with tracker.run(run_id="r2"), tracker.call("send", call_id="c1") as call:
+        call.complete("sent")
+    tracker.close()
+    assert_lifecycle(events_of(bus))
 
 
 async def test_a_waiting_call_cannot_be_started_by_mistake() -> None:

@@ -164,3 +164,15 @@ def test_a_ratio_below_the_clocks_resolution_is_reported_not_divided() -> None:
     none = compare([2.0], [0.0], "cpu_ratio")
     assert shown(none, "cpu_ratio") == "n/a (too short to measure)"
     assert "2.00" in shown(some, "cpu_ratio")
+
+
+def test_misbehaving_clients_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_misbehaving
+
+    results = bench_misbehaving.run(quick=True)
+    assert set(results["memory"]) == {"sse", "websocket"}
+    for row in results["memory"].values():
+        assert row["stalled_kib"] > 0 and row["server_buffers_kib"] >= 0
+    assert results["flood"]["none_event_p99_ms"] > 0
+    report = bench_misbehaving.report(results)
+    assert "Memory per stalled client" in report and "one flooder" in report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import tracemalloc
 from typing import Any
 
 import anyio
@@ -12,6 +13,7 @@ import anyio.lowlevel
 import pytest
 
 import toolstream as ts
+from tests.memory import traced
 from toolstream.testing import assert_ids_increase
 
 
@@ -99,6 +101,73 @@ async def test_replay_bytes_budget_bounds_memory_whatever_the_event_size() -> No
     # the largest session gave up its oldest events first; the small one kept its own
     assert len(bus._logs["small"].events) == 50
     assert len(bus._logs["big"].events) < 10
+
+
+def test_stalled_subscribers_pay_for_their_bytes_not_the_other_sessions() -> None:
+    # Three sessions whose subscribers never read, flooded with 32 KB events, beside ten
+    # sessions whose subscribers keep up. The stalled ones are cut once they hold more
+    # than their allowance in bytes (however few events that is), the bus's memory stays
+    # within its bounds, and a client of every quiet session resumes from its cursor.
+    budget = 2 * 2**20
+    bus = ts.EventBus(replay_bytes=budget)  # lag_bytes: budget / 16
+    with traced() as held:
+        stalled = [bus.subscribe(session=f"stalled-{k}") for k in range(3)]  # never read
+        quiet = {f"quiet-{k}": bus.subscribe(session=f"quiet-{k}") for k in range(10)}
+        cursors: dict[str, str] = {}
+        missed: dict[str, list[str]] = {session: [] for session in quiet}
+        for round in range(20):
+            for sub in stalled:
+                for i in range(20):  # 640 KB a round: 2048 events would be 64 MB
+                    text = f"{round:02d}{i:02d}" + "x" * 32_000
+                    bus.publish(
+                        ts.ToolOutputDelta, session=sub.session, call_id="c", tool="t", text=text
+                    )
+            for session, reader in quiet.items():
+                ids = [progress(bus, session=session, current=i).id for i in range(5)]
+                if round < 10:
+                    cursors[session] = reader.take_nowait()[-1].id
+                else:  # the client went away; it will resume from its cursor
+                    reader.close()
+                    missed[session] += ids
+    # 38 MB were published to the stalled sessions; the windows keep at most the budget
+    # and the lagging subscribers at most as much again.
+    assert held[0] < 2 * budget + 2**20, held[0]
+    for session, cursor in cursors.items():
+        resumed = bus.subscribe(session=session, after=cursor).take_nowait()
+        assert [e.id for e in resumed] == missed[session], f"{session} resumes exactly"
+    for sub in stalled:
+        with pytest.raises(ts.SlowConsumer):
+            sub.take_nowait()
+    stats = bus.stats
+    assert stats.retained_bytes <= budget and stats.held_bytes == 0
+
+
+def test_trimming_costs_what_it_trims_not_the_sessions_that_exist() -> None:
+    # Over the byte budget, a publish trims the largest sessions. It must not walk every
+    # session to find them: with 20,000 idle sessions beside a flooded one, no publish
+    # allocates more than with 20 (the peak memory of each publish, a measure of the
+    # work that does not depend on this machine's speed).
+    def peak_per_publish(idle: int) -> int:
+        bus = ts.EventBus()  # a 16 MiB budget
+        for k in range(idle):
+            progress(bus, session=f"idle-{k}")
+        flooded = bus.subscribe(session="flooded")  # never reads
+        other = ts.Tracker(bus, "other").create("t")
+        other.start()
+        blob = "x" * 32_000
+        worst = 0
+        with traced():
+            for i in range(1_500):  # 48 MB into the flooded session: trims all along
+                tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
+                bus.publish(ts.ToolOutputDelta, session="flooded", call_id="c", tool="t", text=blob)
+                other.progress(current=i)
+                worst = max(worst, tracemalloc.get_traced_memory()[1] - before)
+        flooded.close()
+        return worst
+
+    few, many = peak_per_publish(20), peak_per_publish(20_000)
+    assert many < few + 64 * 1024, (few, many)
 
 
 async def test_session_ttl_forgets_idle_sessions() -> None:
@@ -368,6 +437,10 @@ def test_bad_constructor_arguments() -> None:
         ts.EventBus(replay_bytes=10)
     with pytest.raises(ValueError):
         ts.EventBus(session_ttl=0)
+    with pytest.raises(ValueError, match="lag_bytes"):
+        ts.EventBus(replay_bytes=4096, lag_bytes=8192)
+    with pytest.raises(ValueError, match="lag_bytes"):
+        ts.EventBus(lag_bytes=-1)
 
 
 async def test_resume_at_starts_at_the_event_itself() -> None:

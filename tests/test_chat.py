@@ -4,6 +4,7 @@ clients drive it in tests/interop/test_chat_clients.py.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ import httpx
 import pytest
 
 import toolstream as ts
+from tests import raw_clients as raw
 from tests.chat_scenarios import STORY, approval_reply, kinds, run_script, user
-from tests.servers import Served, eventually, serve
+from tests.servers import Served, eventually, serve, settles
+from toolstream import _serving as serving
 from toolstream.chat import ChatApp, TurnRequest
 from toolstream.testing import sse_data as chunks
 
@@ -638,3 +641,37 @@ async def test_a_subagents_approval_in_a_chat(bus: ts.EventBus, dialect: str) ->
     states = [c["output"]["parts"][-1]["state"] for c in final if c["output"]["parts"][1:]]
     assert "approval-requested" in states and states[-1] == "output-available"
     assert final[-1]["output"]["metadata"]["subagents"][0]["agent"] == "mailer"
+
+
+def test_a_chat_client_that_stops_reading_is_cut_at_the_write_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A turn streams a long answer to a client that stopped reading: ChatApp's response
+    # goes through the same event stream as SSEApp's, with its write deadline, so it
+    # ends while the client reads nothing and releases its subscription and request.
+    monkeypatch.setattr(serving, "DEFAULT_WRITE_TIMEOUT", 0.5)
+    bus = ts.EventBus(replay=10_000)
+
+    async def long_answer(session: str, run_id: str) -> None:
+        async with ts.Tracker(bus, session) as tracker, tracker.run(run_id):
+            with tracker.message() as message:
+                for i in range(60):  # 1 MB, paced: the response keeps up until it blocks
+                    message.delta(f"{i:04d} " + "x" * 16_000)
+                    await anyio.sleep(0.01)
+
+    async def start_turn(request: TurnRequest) -> None:
+        request.start_soon(long_answer, request.session, request.run_id)
+
+    with serve(ChatApp(bus, start_turn), sndbuf=16384) as served:
+        sock = raw.connect(served.port)
+        body = json.dumps(user("tell me everything"))
+        sock.sendall(
+            (
+                f"POST {API} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}"
+            ).encode()
+        )
+        assert raw.read_until(sock, b"\r\n\r\n").startswith(b"HTTP/1.1 200")
+        tasks = served.server.server_state.tasks
+        settles(lambda: bus.subscriber_count() == 0 and not tasks)
+        sock.close()

@@ -321,6 +321,37 @@ async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) ->
     await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, nats_server))
 
 
+async def test_a_renewal_racing_a_batch_keeps_its_calls_in_the_lease(
+    nats_server: NatsServer,
+) -> None:
+    """The lease renewal and the batch that opens a call write the lease entry at the
+    same moment: the entry a reaper reads still names the call (it once lost it, and a
+    killed worker's call stayed open for good while its run was closed)."""
+    import json
+
+    bus = make_bus(nats_server, lease=5.0)
+    try:
+        await bus.start()
+        bus.publish(ts.ToolCreated, session="s", call_id="first", tool="t")
+        await bus.flush(timeout=5)
+        leases = bus._leases
+        opened = bus.publish(ts.ToolStarted, session="s", call_id="hang", tool="t")
+        for _ in range(5):  # both orders, more than once
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(leases.guard, [opened])
+                tg.start_soon(leases.register)
+            kv = await bus.kv(bus.names.writers)
+            entry = json.loads((await kv.get(bus.token)).value or b"{}")
+            assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(leases.register)
+                tg.start_soon(leases.guard, [opened])
+            entry = json.loads((await kv.get(bus.token)).value or b"{}")
+            assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
+    finally:
+        await bus.aclose()
+
+
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     nats_server: NatsServer,
 ) -> None:

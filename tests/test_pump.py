@@ -116,3 +116,20 @@ def test_the_inline_sharing_decision_is_encoder_shares() -> None:
         encoder = Encoder(dialects.get("native"), skip_event=skip, skip=1)
         Pump(sub, encoder, SSEFormat(), cache=cache).encode(batch)
         assert [key[2] for key in cache._items] == expected, skip_at
+
+
+def test_shared_encodings_are_bounded_in_bytes_and_go_with_their_readers() -> None:
+    # The encodings an app shares between its clients are bounded by size as well as by
+    # count (4,096 events of 32 KB would be 128 MB), and dropped once fewer than two
+    # streams read them: clients that left hold nothing through the cache.
+    cache: FrameCache[bytes] = FrameCache(max_bytes=100_000)
+    cache.users = 3
+    for i in range(50):
+        cache.put(("native", "s1", f"e-{i}"), (b"x" * 10_000,))
+    assert cache.nbytes <= 100_000
+    assert sum(len(v[0]) for v in cache._items.values()) == cache.nbytes
+    assert ("native", "s1", "e-49") in cache._items, "the newest stay"
+    cache.leave()
+    assert cache._items, "two readers left: still shared"
+    cache.leave()
+    assert not cache._items and cache.nbytes == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -14,7 +15,9 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 import toolstream as ts
 from toolstream.sse import SSEApp
 
-from .servers import Served, eventually, serve
+from . import raw_clients as raw
+from .memory import held_by, traced
+from .servers import Served, eventually, serve, settles
 
 
 @pytest.fixture
@@ -372,6 +375,65 @@ async def test_slow_client_is_cut_and_resumes() -> None:
         ids = [e.id for e in received[1:]] + [e.id for e in rest]
         assert len(ids) == len(set(ids)) == 600, "every event exactly once across the cut"
     bus.close()
+
+
+#: Where an SSE stream's frames and chunks are made.
+STREAM_CODE = ("*/toolstream/sse/*", "*/toolstream/dialects/*", "*/toolstream/_serving.py")
+
+
+def test_a_client_that_stops_reading_is_cut_at_the_write_deadline() -> None:
+    # Clients that stop reading (a laptop lid closed) mid-stream: the server's writes to
+    # them wait in its flow control. At the write deadline each stream ends while they
+    # still read nothing, releasing its subscription, its request task and the chunk it
+    # was writing; a client that reads again finds its response ended.
+    bus = ts.EventBus(replay=10_000)
+    app = SSEApp(bus, buffer=16, write_timeout=0.5)
+    with serve(app, sndbuf=16384) as served, traced():
+        # ai_sdk: a dialect whose frames are not shared between clients (no cache).
+        clients = [raw.sse_open(served.port, f"session=s{k}&dialect=ai_sdk") for k in range(3)]
+        trackers = [ts.Tracker(bus, f"s{k}") for k in range(3)]
+        for i in range(50):  # 1 MB per client, paced: the streams keep up with the bus
+            for tracker in trackers:  # until their writes block
+                tracker.create("t").complete({"i": i, "blob": "x" * 20_000})
+            time.sleep(0.01)
+        tasks = served.server.server_state.tasks
+        settles(lambda: app.open_streams == 0 and bus.subscriber_count() == 0 and not tasks)
+        stream_bytes = held_by(*STREAM_CODE)
+        assert stream_bytes < 64 * 1024, stream_bytes
+        for sock in clients:  # reading again: what was written, then the response's end
+            sock.settimeout(10)
+            data = b""
+            while not data.endswith(b"0\r\n\r\n") and (chunk := sock.recv(65536)):
+                data += chunk
+            sock.close()
+    bus.close()
+
+
+async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None:
+    # The deadline is the stream's own (a task beside the writer), on asyncio and trio:
+    # a server whose send never returns, as a client that stopped reading makes it.
+    bus = ts.EventBus()
+    app = SSEApp(bus, write_timeout=0.2)
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if len(sent) >= 3:  # the head and the reset went out; then nothing does
+            await anyio.sleep_forever()
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    scope["query_string"] = b"session=s1"
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await anyio.sleep(0.05)
+            ts.Tracker(bus, "s1").create("t").complete("r")
+    assert bus.subscriber_count() == 0 and app.open_streams == 0
+    assert sent[-1]["body"].startswith(b": too slow"), sent[-1]
 
 
 async def test_shutdown_ends_open_streams(bus: ts.EventBus) -> None:

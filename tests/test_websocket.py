@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +24,9 @@ import toolstream as ts
 from tests.strategies import json_values
 from toolstream.websocket import WebSocketApp
 
-from .servers import Served, serve
+from . import raw_clients as raw
+from .memory import held_by, traced
+from .servers import Served, serve, settles
 
 
 @pytest.fixture
@@ -30,8 +36,8 @@ def bus() -> Iterator[ts.EventBus]:
     bus.close()
 
 
-def ws_serve(app: WebSocketApp) -> Any:
-    return serve(app, ws="websockets-sansio")
+def ws_serve(app: Any, **options: Any) -> Any:
+    return serve(app, ws="websockets-sansio", **options)
 
 
 @pytest.fixture
@@ -334,8 +340,11 @@ def test_one_clients_partial_resume_never_costs_another_client_an_event(
         assert until(normal, lambda m: m.get("op") == "event")[-1]["id"] == live.id
 
 
-def test_hostile_messages_get_errors_and_leak_nothing(bus: ts.EventBus, server: Served) -> None:
-    with connect(ws_url(server), max_size=None) as ws:
+def test_hostile_messages_get_errors_and_leak_nothing(bus: ts.EventBus) -> None:
+    # 202 messages at once: over the default inbound budget (200), which is not what
+    # this checks.
+    app = WebSocketApp(bus, inbound_burst=1_000)
+    with ws_serve(app) as server, connect(ws_url(server), max_size=None) as ws:
         ws.send("[" * 30_000 + "]" * 30_000)  # ~60 KB of nesting
         assert recv(ws)["code"] == "bad_json"
         for _ in range(200):  # a session name that cannot be encoded
@@ -593,3 +602,231 @@ def test_a_batch_stays_under_its_size_cap(bus: ts.EventBus, server: Served) -> N
         assert sum(isinstance(m, list) for m in raw) >= 3, "split into several batches"
         progress = [m["data"]["current"] for m in events if m["event"] == "tool.progress"]
         assert progress == list(range(30))
+
+
+# -- clients that stop reading, clients that flood ---------------------------------------------
+
+#: Where a socket's messages are made.
+SOCKET_CODE = ("*/toolstream/websocket/*", "*/toolstream/dialects/*", "*/toolstream/_serving.py")
+
+
+def publish_paced(bus: ts.EventBus, sessions: list[str], rounds: int = 40) -> None:
+    """20 KB results, a few at a time: the socket's pumps keep up with the bus until its
+    writes block (then the bus cuts them)."""
+    trackers = [ts.Tracker(bus, session) for session in sessions]
+    for i in range(rounds):
+        for tracker in trackers:
+            tracker.create("t").complete({"i": i, "blob": "x" * 20_000})
+        time.sleep(0.01)
+
+
+def subscribe_raw(sock: Any, sessions: list[str]) -> None:
+    for session in sessions:
+        sock.sendall(raw.ws_text(json.dumps({"op": "subscribe", "session": session})))
+
+
+def test_a_socket_that_stops_reading_is_closed_4408_at_the_write_deadline(
+    bus: ts.EventBus,
+) -> None:
+    # A client subscribed to eight sessions stops reading: the server's writes wait in
+    # its flow control, one of its pumps holding the socket while the others hold their
+    # encoded batches. At the write deadline, while the client still reads nothing,
+    # the socket is closed: every subscription and what it was writing is released;
+    # the client, reading again, finds the close frame 4408.
+    app = WebSocketApp(bus, write_timeout=1.0, ping_interval=600)
+    sessions = [f"s{k}" for k in range(8)]
+    with ws_serve(app, sndbuf=16384) as served, traced():
+        sock = raw.ws_open(served.port)
+        subscribe_raw(sock, sessions)
+        settles(lambda: bus.subscriber_count() == len(sessions))
+        publish_paced(bus, sessions)
+        settles(lambda: app.open_sockets == 0 and bus.subscriber_count() == 0)
+        socket_bytes = held_by(*SOCKET_CODE)
+        assert socket_bytes < 64 * 1024, socket_bytes
+        assert raw.ws_close_code(sock) == 4408
+        sock.close()
+
+
+def test_a_silent_peer_is_closed_1011_even_while_a_write_is_stuck(bus: ts.EventBus) -> None:
+    # A client that stops reading but still talks (its pongs keep it alive) until a
+    # pump's write is stuck, holding the socket; then it falls silent too (a phone on a
+    # dead network). The keepalive does not wait behind the stuck write: two intervals
+    # without a word close the socket (1011), long before the write deadline, and
+    # release its subscriptions.
+    app = WebSocketApp(bus, write_timeout=60.0, ping_interval=0.3)
+    with ws_serve(app, sndbuf=16384) as served:
+        sock = raw.ws_open(served.port)
+        subscribe_raw(sock, ["s1", "s2"])
+        settles(lambda: bus.subscriber_count() == 2)
+        alive = threading.Event()
+        alive.set()
+
+        def talk() -> None:
+            while alive.is_set():
+                sock.sendall(raw.ws_text('{"op": "pong"}'))
+                time.sleep(0.1)
+
+        talker = threading.Thread(target=talk, daemon=True)
+        talker.start()
+        publish_paced(bus, ["s1", "s2"])  # its writes are stuck by now
+        time.sleep(1.0)
+        assert app.open_sockets == 1, "alive while it talks"
+        alive.clear()
+        talker.join()
+        settles(lambda: app.open_sockets == 0 and bus.subscriber_count() == 0)
+        assert raw.ws_close_code(sock) == 1011
+        sock.close()
+
+
+class Turns:
+    """An ASGI wrapper that counts, for each WebSocket, the messages the app takes from it
+    in each turn of the server's event loop (a task that yields at every turn numbers
+    them): how long any other task of the server waits while one socket is served."""
+
+    def __init__(self, app: WebSocketApp) -> None:
+        self.app = app
+        self.turn = 0
+        self.taken: list[Counter[int]] = []
+        self.ticking = True
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        taken: Counter[int] = Counter()
+        self.taken.append(taken)
+
+        async def counted() -> Any:
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                taken[self.turn] += 1
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _tick(self) -> None:
+        while self.ticking:
+            await asyncio.sleep(0)
+            self.turn += 1
+
+
+def flood(port: int, messages: int, text: str = '{"op": "ping"}') -> tuple[Any, bytes]:
+    """A raw socket that sends ``messages`` copies of ``text`` in one write."""
+    sock = raw.ws_open(port, rcvbuf=None)
+    return sock, raw.ws_text(text) * messages
+
+
+def test_a_flooding_socket_gets_one_message_handled_per_turn_of_the_loop(
+    bus: ts.EventBus,
+) -> None:
+    # One write of 10,000 pings: the server takes them from its queue without waiting
+    # and writing a pong seldom waits either. The app yields after every message, so
+    # no other task of the server (another socket, an HTTP request) waits longer than
+    # one of the flood's messages; without that it waited for thousands of them.
+    unlimited = WebSocketApp(bus, inbound_rate=math.inf, inbound_burst=10**9)
+    app = Turns(unlimited)
+    with ws_serve(app) as served:
+        with connect(ws_url(served)) as other:
+            send(other, op="subscribe", session="s1")
+            assert recv(other)["op"] == "subscribed"
+            sock, burst = flood(served.port, 10_000)
+            pongs = [0]
+
+            def read_pongs() -> None:
+                for opcode, _ in raw.ws_frames(sock):
+                    pongs[0] += opcode == 0x1
+                    if pongs[0] == 10_000:
+                        return
+
+            reader = threading.Thread(target=read_pongs, daemon=True)
+            reader.start()
+            sock.sendall(burst)
+            settles(lambda: sum(app.taken[-1].values()) > 100)  # the flood is being served
+            ts.Tracker(bus, "s1").create("t").complete("r")
+            got = until(other, lambda m: m.get("data", {}).get("type") == "tool.completed")
+            assert got[-1]["data"]["result"] == "r"
+            reader.join(30)
+            assert pongs[0] == 10_000, "every ping answered"
+            sock.close()
+        app.ticking = False
+    flood_turns = app.taken[-1]
+    assert sum(flood_turns.values()) == 10_000
+    assert max(flood_turns.values()) <= 2, flood_turns.most_common(3)
+
+
+def test_a_socket_over_its_inbound_budget_is_closed_4429(bus: ts.EventBus) -> None:
+    # The default budget: 200 messages at once, 50 a second after. A flood of 10,000
+    # is answered up to the budget, then closed with 4429; the others are unaffected.
+    app = WebSocketApp(bus)
+    with ws_serve(app) as served, connect(ws_url(served)) as other:
+        sock, burst = flood(served.port, 10_000)
+        sock.sendall(burst)
+        pongs = 0
+        code = None
+        for opcode, payload in raw.ws_frames(sock):
+            if opcode == 0x1:
+                pongs += 1
+            elif opcode == 0x8:
+                code = int.from_bytes(payload[:2], "big")
+                break
+        sock.close()
+        assert code == 4429
+        assert 200 <= pongs < 400, pongs
+        send(other, op="ping", id="still-served")
+        assert until(other, lambda m: m["op"] == "pong")[-1]["id"] == "still-served"
+
+
+def test_work_for_a_socket_that_is_gone_stops(bus: ts.EventBus) -> None:
+    # A client sends 10,000 pings and leaves at once. The answers it will never read
+    # fail to be written as soon as the server learns it is gone, and the rest of its
+    # queued messages are dropped instead of being answered to a dead connection.
+    app = Turns(WebSocketApp(bus, inbound_rate=math.inf, inbound_burst=10**9))
+    with ws_serve(app) as served:
+        sock, burst = flood(served.port, 10_000)
+        sock.sendall(burst)
+        sock.close()
+        settles(lambda: app.app.open_sockets == 0)
+        app.ticking = False
+    handled = sum(app.taken[-1].values())
+    assert handled < 1_000, handled
+
+
+async def test_a_socket_whose_writes_never_return_is_closed_at_the_deadline() -> None:
+    # The deadline is watched beside the writers, on asyncio and trio: a server whose
+    # send never returns once the subscription is answered, as a client that stopped
+    # reading makes it. The socket is closed 4408 and its subscription released; the
+    # close frame, which cannot be written either, is given up after one more deadline.
+    import anyio
+
+    bus = ts.EventBus()
+    app = WebSocketApp(bus, write_timeout=0.2, ping_interval=600)
+    sent: list[Any] = []
+    inbox = iter(
+        [
+            {"type": "websocket.connect"},
+            {"type": "websocket.receive", "text": '{"op": "subscribe", "session": "s1"}'},
+        ]
+    )
+
+    async def receive() -> Any:
+        for message in inbox:
+            return message
+        await anyio.sleep_forever()
+        raise AssertionError("never woken")
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if message["type"] == "websocket.close" or len(sent) > 2:  # accept, subscribed
+            await anyio.sleep_forever()
+
+    scope = {"type": "websocket", "path": "/", "headers": [], "query_string": b""}
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await anyio.sleep(0.05)
+            ts.Tracker(bus, "s1").create("t").complete("r")
+    assert bus.subscriber_count() == 0 and app.open_sockets == 0
+    assert sent[-1]["type"] == "websocket.close" and sent[-1]["code"] == 4408, sent[-1]

@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
@@ -46,6 +47,8 @@ logger = logging.getLogger("toolstream.serving")
 T = TypeVar("T")
 
 __all__ = [
+    "DEFAULT_WRITE_TIMEOUT",
+    "TOO_SLOW",
     "Authorize",
     "Decided",
     "Dialects",
@@ -72,6 +75,7 @@ __all__ = [
     "request_info",
     "subscribe_at",
     "watch_server_exit",
+    "WriteDeadline",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -80,6 +84,51 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: ``authorize(request) -> Principal | None`` (sync or async).
 Authorize = Callable[[RequestInfo], "Principal | Awaitable[Principal | None] | None"]
+
+#: Seconds a write to a client may take before its stream ends (``write_timeout``).
+DEFAULT_WRITE_TIMEOUT = 30.0
+
+#: The last thing an event stream cut for a slow client says (a comment: clients skip it).
+TOO_SLOW = b": too slow; reconnect with Last-Event-ID to resume\n\n"
+
+
+def check_write_timeout(value: float) -> float:
+    """``value`` if it is a valid ``write_timeout`` (positive seconds), else ValueError."""
+    if not value > 0:
+        raise ValueError(f"write_timeout must be positive seconds, got {value!r}")
+    return value
+
+
+class WriteDeadline:
+    """An ASGI ``send`` whose writes are timed, for :func:`watch_server_exit` to end the
+    stream when one has not returned within ``timeout`` seconds.
+
+    A server's ``send`` waits while the connection's buffers are full (its flow
+    control): to a client that stopped reading, for ever, holding whatever waits to be
+    written and whatever is queued behind it. The watch runs in its own task, so it
+    does not depend on the writer; ``expired`` is True once it ended the stream.
+    """
+
+    __slots__ = ("_send", "expired", "since", "timeout")
+
+    def __init__(self, send: Send, timeout: float) -> None:
+        self._send = send
+        self.timeout = timeout
+        #: When the write under way began (``time.monotonic()``), or None.
+        self.since: float | None = None
+        self.expired = False
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        self.since = time.monotonic()
+        try:
+            await self._send(message)
+        finally:
+            self.since = None
+
+    def left(self) -> float | None:
+        """Seconds until the write under way is overdue (<= 0: it is), or None."""
+        since = self.since
+        return None if since is None else since + self.timeout - time.monotonic()
 
 
 def request_info(scope: Mapping[str, Any]) -> RequestInfo:
@@ -452,10 +501,21 @@ def server_exiting() -> bool:
     return False
 
 
-async def watch_server_exit(scope: anyio.CancelScope, interval: float = 0.25) -> None:
-    """Cancel ``scope`` when :func:`server_exiting` says so."""
-    while not server_exiting():  # noqa: ASYNC110 - a flag set by a signal handler
-        await anyio.sleep(interval)
+async def watch_server_exit(
+    scope: anyio.CancelScope, interval: float = 0.25, *, deadline: WriteDeadline | None = None
+) -> None:
+    """Cancel ``scope`` when :func:`server_exiting` says so, or when a write through
+    ``deadline`` is overdue (then ``deadline.expired`` is set)."""
+    while not server_exiting():
+        wait = interval
+        if deadline is not None:
+            left = deadline.left()
+            if left is not None:
+                if left <= 0:
+                    deadline.expired = True
+                    break
+                wait = min(wait, left)
+        await anyio.sleep(wait)
     scope.cancel()
 
 
@@ -589,11 +649,26 @@ def stream_headers(dialect: Dialect) -> list[tuple[bytes, bytes]]:
 
 
 async def event_stream(
-    streams: OpenStreams, receive: Receive, send: Send, write: Callable[[], Awaitable[None]]
+    streams: OpenStreams,
+    receive: Receive,
+    send: Send,
+    write: Callable[[Send], Awaitable[None]],
+    *,
+    write_timeout: float | None = None,
 ) -> None:
-    """Run ``write()`` (which sends the body of a started response) until it returns,
-    the client disconnects or the server exits, then end the body. Registered in
-    ``streams`` meanwhile (``shutdown()`` ends it)."""
+    """Run ``write(send)`` (which sends the body of a started response through the
+    ``send`` it is given) until it returns, the client disconnects, the server exits or
+    a write has not completed within ``write_timeout`` seconds (None:
+    :data:`DEFAULT_WRITE_TIMEOUT`), then end the body. Registered in ``streams``
+    meanwhile (``shutdown()`` ends it).
+
+    A client that stopped reading is cut at the write deadline: everything the stream
+    holds is released at once; :data:`TOO_SLOW` and the end of the body are offered for
+    ``write_timeout`` more, then the response is left to the server, unfinished (it
+    closes the connection)."""
+    if write_timeout is None:
+        write_timeout = DEFAULT_WRITE_TIMEOUT
+    deadline = WriteDeadline(send, write_timeout)
     disconnected = False
     try:
         with anyio.CancelScope() as cancel, streams.serving(cancel):
@@ -607,13 +682,19 @@ async def event_stream(
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                tg.start_soon(watch_server_exit, cancel)
-                await write()
+                tg.start_soon(partial(watch_server_exit, cancel, deadline=deadline))
+                await write(deadline)
                 tg.cancel_scope.cancel()
     except OSError:  # the connection went away while we wrote
         disconnected = True
-    if not disconnected:
+    if disconnected:
+        return
+    body = b""
+    if deadline.expired:
+        logger.info("cutting a client that read nothing for %s s", write_timeout)
+        body = TOO_SLOW
+    with anyio.move_on_after(write_timeout):
         try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
         except OSError:  # the connection went away meanwhile
             pass

@@ -175,11 +175,12 @@ def assert_lifecycle(
     ids increase; per call, states only move forward, the first event is not a
     terminal, exactly one terminal ends it and nothing follows; every announced
     call ended (unless ``allow_open``); a run's calls ended before its
-    ``run.finished`` (a run finished ``interrupted`` may leave calls awaiting
-    approval open), and each run started and finished once; a sub-agent's run starts
-    under an announced call that has not ended, and finishes before that call's
-    terminal (children before their parent); every approval requested
-    is resolved exactly once (unless ``allow_open``), and only a requested one; every
+    ``run.finished`` (a run finished ``interrupted`` may leave open the calls that
+    asked for approval, decided or not: the run that resumes them adopts them), and
+    each run started and finished once; a sub-agent's run starts under an announced
+    call that has not ended, and finishes before that call's terminal (children before
+    their parent); every approval requested is resolved exactly once (unless
+    ``allow_open``), and only a requested one; every
     message starts once, gets text only while open, finishes once, and before its run's
     ``run.finished``.
     """
@@ -188,6 +189,7 @@ def assert_lifecycle(
     assert_ids_increase(events, compare)
     state: dict[str, float] = {}
     approvals: dict[str, str] = {}  # approval id -> call id, while pending
+    gated: set[str] = set()  # calls that asked for approval
     resolved: set[str] = set()
     run_of: dict[str, str | None] = {}
     ended: dict[str, Event] = {}
@@ -216,7 +218,8 @@ def assert_lifecycle(
             runs_finished.add(run)
             for open_runs in subruns.values():
                 open_runs.discard(run)
-            waiting = set(approvals.values())
+            # pending or decided: the run that resumes them adopts them
+            waiting = {c for c in gated if c not in ended}
             for call in list(waiting):  # a call whose sub-agent waits is suspended too
                 up = parent_of_run.get(run_of.get(call) or "")
                 while up is not None and up not in waiting:
@@ -240,6 +243,7 @@ def assert_lifecycle(
             twice = approval_id in approvals or approval_id in resolved
             assert not twice, f"approval {approval_id!r} requested twice"
             approvals[approval_id] = call_id
+            gated.add(call_id)
         elif kind is ApprovalResolved:
             approval_id = getattr(event, "approval_id", "")
             assert approval_id not in resolved, f"approval {approval_id!r} resolved twice"

@@ -416,3 +416,11 @@ def test_the_old_frame_name_still_works_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="EncodedFrame"):
         old = dialects.Frame
     assert old is dialects.EncodedFrame
+
+
+def test_a_call_denied_before_it_ran_is_still_one_running_and_one_terminal_in_hermes() -> None:
+    """What hypothesis found: created, asked, refused — hermes pairs a running status
+    with the terminal one, as it does for a call cancelled before it started."""
+    session = Session()
+    session.play([("create", 0, 0), ("ask", 0, 0), ("decide", 0, 0)])
+    check_generated(session)

@@ -10,7 +10,6 @@ move: it costs the others nothing. The subscription machinery itself is
 
 from __future__ import annotations
 
-import heapq
 import logging
 import secrets
 import time
@@ -133,9 +132,13 @@ class Bus(Protocol):
 class BusStats(FeederStats):
     """Counters of an :class:`EventBus` (read with ``bus.stats``): events ``published``,
     ``coalesced`` away by slow subscriptions, subscriptions ``cut`` with
-    ``SlowConsumer``, ``resets`` delivered because a cursor could not be served."""
+    ``SlowConsumer``, ``resets`` delivered because a cursor could not be served; and the
+    memory its events take (estimated): ``retained_bytes`` in the replay windows (at
+    most ``replay_bytes``), ``held_bytes`` kept for subscribers that fell behind a
+    window (at most ``replay_bytes`` too, and ``lag_bytes`` each)."""
 
     published: int = 0
+    retained_bytes: int = 0
 
 
 class _Seqs:
@@ -162,6 +165,11 @@ class EventBus:
     ``replay`` events are kept per session, within a global ``replay_bytes`` budget
     (the oldest events of the largest sessions go first); a session with no event for
     ``session_ttl`` seconds (and no subscriber, and no approval pending) is forgotten. A
+    subscriber that has not read events its session's window lets go keeps them, charged
+    to it: at most ``lag_bytes`` (default ``replay_bytes // 16``) per subscription and
+    ``replay_bytes`` for all of them together; past either it is cut (``SlowConsumer``).
+    So the bus holds at most twice ``replay_bytes`` of events, whatever its subscribers
+    do, and a stalled subscriber never shortens another session's window. A
     ``stream.reset`` holds at most ``reset_bytes`` (open calls always; the oldest finished
     calls go first; each field capped). ``clock`` gives event timestamps (injectable for
     tests). ``payload`` shapes what a decision publishes (edited args, reasons): redacted
@@ -181,11 +189,18 @@ class EventBus:
         reset_bytes: int = DEFAULT_RESET_BYTES,
         payload: PayloadPolicy | None = None,
         max_resolved: int = MAX_RESOLVED,
+        lag_bytes: int | None = None,
     ) -> None:
         if replay < 1:
             raise ValueError(f"replay must be at least 1, got {replay}")
         if replay_bytes < 1024:
             raise ValueError(f"replay_bytes must be at least 1024, got {replay_bytes}")
+        if lag_bytes is None:
+            lag_bytes = replay_bytes // 16
+        elif not 0 <= lag_bytes <= replay_bytes:
+            raise ValueError(
+                f"lag_bytes must be between 0 and replay_bytes ({replay_bytes}), got {lag_bytes}"
+            )
         if not session_ttl > 0:
             raise ValueError(f"session_ttl must be positive, got {session_ttl}")
         if reset_bytes < 4096:
@@ -194,6 +209,8 @@ class EventBus:
             raise ValueError(f"max_resolved must be a positive int, got {max_resolved!r}")
         self.replay = replay
         self.replay_bytes = replay_bytes
+        #: The most one subscription may keep of events its window let go unread.
+        self.lag_bytes = lag_bytes
         self.session_ttl = session_ttl
         self.reset_bytes = reset_bytes
         self._stats = BusStats()
@@ -209,6 +226,9 @@ class EventBus:
         self._logs: dict[str, Log] = {}
         self._all: Log | None = None  # the all-sessions log, once someone needs it
         self._bytes = 0
+        # The logs holding events, by size class (``Log.tier``: ``nbytes.bit_length()``),
+        # so trimming by bytes finds the largest without looking at every session.
+        self._tiers: list[dict[Log, None]] = [{} for _ in range(64)]
         self._forgotten_seq = 0
         self._high = replay + max(32, replay // 4)
         self._sweep_every = min(session_ttl / 4, 60.0)
@@ -229,6 +249,7 @@ class EventBus:
     def stats(self) -> BusStats:
         """Counters: events published, coalesced away, subscriptions cut, resets sent."""
         self._stats.published = self._seq  # one seq per event published
+        self._stats.retained_bytes = self._bytes
         return self._stats
 
     @property
@@ -304,21 +325,50 @@ class EventBus:
         log.sizes.append(size)
         log.nbytes += size
         self._bytes += size
+        if log.nbytes >= log.tier_top:
+            self._file(log)
+
+    def _file(self, log: Log) -> None:
+        """File ``log`` under its size class (lock held): the publishers call this when
+        it outgrows its class, trimming when it shrinks below it."""
+        tier = log.nbytes.bit_length()
+        old = log.tier
+        if tier != old:
+            tiers = self._tiers
+            if old:
+                tiers[old].pop(log, None)
+            if tier:
+                tiers[tier][log] = None
+            log.tier = tier
+        log.tier_top = 1 << tier
 
     def _trim_to(self, log: Log, target: int) -> int:
-        """Drop the events before absolute position ``target`` (never those a live
-        subscriber within its allowance still has to read). Returns bytes freed."""
-        end = log.end
-        for sub in list(log.subs):
-            cursor = sub._cursor
-            if cursor < target:
-                if end - max(cursor, sub._replay_end) > sub._limit:
-                    self._feeder.cut(sub, log)
-                else:
-                    target = cursor
-        k = target - log.base
+        """Drop the events before absolute position ``target``. A subscriber that has not
+        read them keeps them, charged to it (``Feeder.hold``), within its allowance:
+        ``buffer`` (events) and ``lag_bytes``, and ``replay_bytes`` for all subscribers
+        together; past it, it is cut. Returns bytes freed."""
+        base = log.base
+        k = target - base
         if k <= 0:
             return 0
+        if log.subs:
+            feeder = self._feeder
+            end = log.end
+            for sub in list(log.subs):
+                first = max(sub._cursor, base)  # its first unread event still in the log
+                if first >= target:
+                    continue
+                if end - max(sub._cursor, sub._replay_end) > sub._limit:
+                    feeder.cut(sub, log)
+                    continue
+                size = sum(log.sizes[first - base : k])
+                if (
+                    sub._held_bytes + size > self.lag_bytes
+                    or self._stats.held_bytes + size > self.replay_bytes
+                ):
+                    feeder.cut(sub, log)
+                    continue
+                feeder.hold(sub, log.events[first - base : k], size)
         if log.session is not None:  # the all-sessions log has no view
             self._view_of(log).fold(log.events[:k])
         freed = sum(log.sizes[:k])
@@ -328,29 +378,31 @@ class EventBus:
         log.base = target
         log.nbytes -= freed
         self._bytes -= freed
+        self._file(log)
         return freed
 
     def _trim_bytes(self) -> None:
-        """Over the byte budget: drop the oldest events of the largest logs first."""
+        """Over the byte budget: drop the oldest events of the largest logs first, down to
+        90% of it. The logs are filed by size class (powers of two): the largest class is
+        trimmed first, each of its logs down below the class or until the goal is met, so
+        the work is per event dropped, whatever the number of sessions."""
         goal = int(self.replay_bytes * 0.9)
-        logs = list(self._logs.values())
-        if self._all is not None:
-            logs.append(self._all)
-        heap = [(-log.nbytes, i, log) for i, log in enumerate(logs) if log.events]
-        heapq.heapify(heap)
-        while self._bytes > goal and heap:
-            _, i, log = heapq.heappop(heap)
-            runner_up = -heap[0][0] if heap else 0
-            need = self._bytes - goal
+        tiers = self._tiers
+        top = len(tiers) - 1
+        while self._bytes > goal and top > 0:
+            tier = tiers[top]
+            if not tier:
+                top -= 1
+                continue
+            log, _ = tier.popitem()  # the newest filed in this class: O(1)
+            log.tier = 0
+            want = min(self._bytes - goal, log.nbytes - (1 << (top - 1)) + 1)
             k, freed = 0, 0
             sizes = log.sizes
-            while k < len(sizes) and freed < need and (log.nbytes - freed > runner_up or k == 0):
+            while freed < want:
                 freed += sizes[k]
                 k += 1
-            if self._trim_to(log, log.base + max(k, 1)) == 0:
-                continue  # held by its subscribers: try the next largest
-            if log.events:
-                heapq.heappush(heap, (-log.nbytes, i, log))
+            self._trim_to(log, log.base + k)  # files it again, in its class now
 
     def _sweep(self, now: float) -> None:
         """Forget the sessions nobody reads that saw no event for ``session_ttl`` (lock
@@ -368,6 +420,9 @@ class EventBus:
     def _forget(self, session: str, log: Log) -> None:
         del self._logs[session]
         self._bytes -= log.nbytes
+        if log.tier:
+            self._tiers[log.tier].pop(log, None)
+            log.tier = 0
         last = self._seqs(log)[-1] if log.events else log.trimmed_seq
         self._forgotten_seq = max(self._forgotten_seq, last)
 

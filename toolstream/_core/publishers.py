@@ -47,7 +47,9 @@ def {name}(self, {params}):
             log = self._new_log(session)
         log.events.append(event)
         log.sizes.append(size)
-        log.nbytes += size
+        nbytes = log.nbytes = log.nbytes + size
+        if nbytes >= log.tier_top:  # it outgrew its size class
+            self._file(log)
         log.last_ts = ts
         self._bytes += size
 {observe}
@@ -86,7 +88,20 @@ _GUARD = """\
             return None"""
 # Names the template uses: a class whose fields take one of them gets no publisher.
 _TEMPLATE_NAMES = frozenset(
-    {"self", "lock", "feeder", "seq", "log", "wakes", "everything", "event", "size", "v", "handle"}
+    {
+        "self",
+        "lock",
+        "feeder",
+        "seq",
+        "log",
+        "nbytes",
+        "wakes",
+        "everything",
+        "event",
+        "size",
+        "v",
+        "handle",
+    }
 )
 
 

@@ -75,6 +75,8 @@ class Log:
         "session",
         "sizes",
         "subs",
+        "tier",
+        "tier_top",
         "trimmed_seq",
         "view",
         "waiters",
@@ -96,6 +98,11 @@ class Log:
         #: Bounded reset snapshots by (absolute position, run): clients connecting at
         #: the same moment share one (see :class:`Retained`).
         self.resets: dict[tuple[int, str | None], Snapshot] = {}
+        #: Its size class for a bus that trims by bytes: ``nbytes.bit_length()`` as of
+        #: the last time the bus filed it (0: not filed), and the size at which it
+        #: moves up a class (``1 << tier``).
+        self.tier = 0
+        self.tier_top = 1
 
     @property
     def end(self) -> int:
@@ -123,6 +130,9 @@ class FeederStats:
     cut: int = 0
     #: Resets delivered because a cursor could not be served.
     resets: int = 0
+    #: Estimated bytes of events kept for subscriptions that fell behind their log's
+    #: window (each holds what it has not read, within its allowance).
+    held_bytes: int = 0
 
 
 class Feeder:
@@ -152,8 +162,26 @@ class Feeder:
             return
         sub._cut = True
         self.stats.cut += 1
+        self.release(sub)
         log.subs.discard(sub)
         self.unregister(sub, log, wake=True)
+
+    def hold(self, sub: Subscription[Any], events: list[Event], size: int) -> None:
+        """Keep ``events`` (``size`` bytes), which are leaving ``sub``'s log unread, for
+        ``sub`` alone (lock held): its next read starts with them."""
+        if sub._held is _EMPTY:
+            sub._held = events
+        else:
+            sub._held.extend(events)
+        sub._held_bytes += size
+        self.stats.held_bytes += size
+
+    def release(self, sub: Subscription[Any]) -> None:
+        """Drop what was kept for ``sub`` (lock held): it read it, or it is gone."""
+        if sub._held_bytes or sub._held:
+            self.stats.held_bytes -= sub._held_bytes
+            sub._held = _EMPTY
+            sub._held_bytes = 0
 
     def unregister(self, sub: Subscription[Any], log: Log, *, wake: bool) -> None:
         """Remove ``sub``'s waiting consumer from ``log`` (lock held), to be woken later
@@ -257,6 +285,8 @@ class Subscription(Generic[E_co]):
         "_done",
         "_feeder",
         "_filter",
+        "_held",
+        "_held_bytes",
         "_it",
         "_last_id",
         "_limit",
@@ -306,6 +336,10 @@ class Subscription(Generic[E_co]):
         self._tree: set[str] = set() if run is None else {run}
         self._cursor = 0
         self._replay_end = 0
+        # Events its log let go before it read them, kept for it (within its allowance):
+        # positions ``_cursor`` up to the log's base. See ``Feeder.hold``.
+        self._held: list[Any] = _EMPTY
+        self._held_bytes = 0
         # Resets due before the next slice (replaced, never appended to in place).
         self._pending: list[StreamReset] = _EMPTY
         # Events taken from the bus: ``_buf``, delivered up to where ``_it`` stands (every
@@ -427,6 +461,7 @@ class Subscription(Generic[E_co]):
             if self._closed:
                 return
             self._closed = True
+            feeder.release(self)
             log = self._log
             if log is not None:
                 log.subs.discard(self)
@@ -485,13 +520,18 @@ class Subscription(Generic[E_co]):
             batch: list[Event] = _EMPTY
             replayed = 0
             if cursor < end:
-                if cursor < base:
-                    feeder.cut(self, log)
-                    raise self._slow("events it had not read left the replay window")
                 if end - max(cursor, self._replay_end) > self._limit:
                     feeder.cut(self, log)
                     raise self._slow(f"its backlog passed {self._limit} events")
-                batch = log.events[cursor - base :]
+                if cursor >= base:
+                    batch = log.events[cursor - base :]
+                else:
+                    held = self._held  # what the log let go before it read them
+                    if cursor + len(held) != base:
+                        feeder.cut(self, log)
+                        raise self._slow("events it had not read left the replay window")
+                    batch = held + log.events
+                    feeder.release(self)
                 replayed = max(0, self._replay_end - cursor)
                 self._cursor = end
             elif not pending:

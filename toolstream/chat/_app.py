@@ -680,7 +680,7 @@ class ChatApp:
         brings the dialect up to date, and the response starts after it. ``decided``:
         approvals the client has answered (never waited for again here)."""
         encoder = Encoder(dialect)
-        pump = _Pump(self, sub, encoder, send, started, prime, decided)
+        pump = _Pump(self, sub, encoder, started, prime, decided)
         try:
             headers = serving.stream_headers(dialect)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -702,7 +702,6 @@ class _Pump:
         app: ChatApp,
         sub: Subscription[Any],
         encoder: Encoder,
-        send: serving.Send,
         started: bool,
         prime: set[str] | None,
         decided: frozenset[str],
@@ -710,7 +709,6 @@ class _Pump:
         self.app = app
         self.sub = sub
         self.encoder = encoder
-        self.send = send
         self.started = started
         self.prime = None if prime is None else set(prime)
         self.decided = decided
@@ -760,8 +758,9 @@ class _Pump:
             dialect.pause()
         return True
 
-    async def run(self) -> None:
-        encoder, send = self.encoder, self.send
+    async def run(self, send: serving.Send) -> None:
+        """Write the response through ``send`` (timed by the write deadline)."""
+        encoder = self.encoder
         dialect = encoder.dialect
         assert isinstance(dialect, RunFramedDialect)
         app = self.app

@@ -47,12 +47,16 @@ class WireFormat(Protocol[T_co]):
 
 class FrameCache(Generic[T]):
     """Formatted encodings shared by the clients of one transport, by (dialect, session,
-    event id): bounded, oldest out first. ``users`` is the number of streams that may
-    read it; with one there is nobody to share with and it is bypassed."""
+    event id): bounded by count (``size``) and by bytes (``max_bytes``), oldest out
+    first. ``users`` is the number of streams that may read it; with fewer than two there
+    is nobody to share with: it is bypassed, and emptied when a stream leaves it so."""
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, max_bytes: int = 8 * 2**20) -> None:
         self.size = size
+        self.max_bytes = max_bytes
         self.users = 0
+        #: The characters (or bytes) the encodings stored take.
+        self.nbytes = 0
         self._items: dict[CacheKey, tuple[T, ...]] = {}
 
     def get(self, key: CacheKey) -> tuple[T, ...] | None:
@@ -60,12 +64,27 @@ class FrameCache(Generic[T]):
         return self._items.get(key)
 
     def put(self, key: CacheKey, value: tuple[T, ...]) -> None:
-        """Store an encoding (dropping the oldest quarter when full)."""
+        """Store an encoding (dropping the oldest quarter, as often as needed, when full)."""
         items = self._items
-        if len(items) >= self.size:
-            for old in list(items)[: self.size // 4]:
-                del items[old]
-        items[key] = value
+        size = _weight(value)
+        while items and (len(items) >= self.size or self.nbytes + size > self.max_bytes):
+            for old in list(items)[: max(1, len(items) // 4)]:
+                self.nbytes -= _weight(items.pop(old))
+        if size <= self.max_bytes:
+            items[key] = value
+            self.nbytes += size
+
+    def leave(self) -> None:
+        """A stream that used it ended: with fewer than two left, its encodings go."""
+        self.users -= 1
+        if self.users < 2 and self._items:
+            self._items.clear()
+            self.nbytes = 0
+
+
+def _weight(value: tuple[Any, ...]) -> int:
+    """The characters or bytes of an encoding (frames of other kinds count 64 each)."""
+    return sum(len(part) if isinstance(part, (bytes, str)) else 64 for part in value)
 
 
 class Pump(Generic[T]):

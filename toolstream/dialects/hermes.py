@@ -47,7 +47,7 @@ class Hermes(BaseDialect):
     would run; ``description``: why it was flagged), ``{type:
     "hermes.approval.resolved", toolCallId, approvalId, approved, by}`` once decided. A
     denied call ends with ``status: "cancelled"``, ``denied: true`` (statuses hermes
-    clients know).
+    clients know), after a ``running`` if it never ran: one of each per call, always.
 
     A call made by a sub-agent (a call whose tool is itself an agent) carries
     ``parentToolCallId`` (that call) and ``subagentRunId`` (the sub-agent's run), so a
@@ -149,14 +149,18 @@ class Hermes(BaseDialect):
                 )
             ]
         if isinstance(event, ToolDenied):
+            # One running and one terminal status per call, as for a call cancelled
+            # before it started: hermes clients pair them.
+            out = self._ensure_running(event)
             self._running.pop(call_id, None)
             self._done.add(call_id)
             self._inputs.pop(call_id, None)
             label = event.summary or f"{event.tool} denied"
             output = event.reason or ("not approved in time" if event.by == "timeout" else "denied")
-            return [
+            out.append(
                 self._message(call_id, event.tool, "cancelled", label, output=output, denied=True)
-            ]
+            )
+            return out
         if isinstance(event, ToolStarted):
             if event.args is not None:
                 self._inputs[call_id] = event.args

@@ -110,6 +110,8 @@ class Calls:
         #: Why a call needs a person, when the framework gives no reason: ``(tool, args)
         #: -> reason`` (``chat_agent(approval_reason=...)``).
         self.reason_for: Callable[[str, Any], str | None] | None = None
+        #: How the latest framework run ended (what a chat turn resumes).
+        self.outcome = Outcome()
 
     def handle(self, call_id: str, tool: str) -> CallHandle:
         """The open call of this id, or a new one (the model's text so far ends first:
@@ -201,10 +203,13 @@ def every_calls(kind: type[C]) -> list[C]:
 
 class Outcome:
     """How a framework's run ended, as its integration learns it: ``waiting`` when it
-    stopped for approvals (the toolstream run then finishes ``interrupted``)."""
+    stopped for approvals (the toolstream run then finishes ``interrupted``);
+    ``stopped`` when it stopped at any interrupt of the framework's (one toolstream
+    knows nothing about too)."""
 
     def __init__(self) -> None:
         self.waiting = False
+        self.stopped = False
 
 
 @contextlib.contextmanager
@@ -223,15 +228,16 @@ def framework_run(
     enclosing = calls.tracker._run_for(None)
     if enclosing is not None and (run_id is None or framework_id or run_id == enclosing):
         previous, calls.run_id = calls.run_id, enclosing
+        calls.outcome = Outcome()
         try:
-            yield Outcome()
+            yield calls.outcome
         finally:
             calls.words.end()
             calls.run_id = previous
         return
     run = calls.tracker.run(run_id=run_id).start()
     previous, calls.run_id = calls.run_id, run.run_id
-    outcome = Outcome()
+    outcome = calls.outcome = Outcome()
     try:
         yield outcome
     except BaseException as exc:

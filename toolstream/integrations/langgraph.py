@@ -92,6 +92,7 @@ async def track_graph(
             elif mode == "custom":
                 apply_custom(calls, chunk)
             elif mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+                outcome.stopped = True
                 outcome.waiting = _interrupts(calls, chunk["__interrupt__"]) or outcome.waiting
             if mode in asked:
                 yield chunk if single else (mode, chunk)
@@ -324,6 +325,8 @@ def chat_agent(
                 messages=options.messages,
             ):
                 pass
+            if not calls_of(tracker).outcome.stopped:  # ran to its end: no state to read
+                return
             interrupts = (await graph.aget_state(run_config)).interrupts
             if not interrupts:
                 return

@@ -67,6 +67,7 @@ class NatsLeases:
         self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
         self._janitor_at = 0.0
         self._reaped_at = 0.0  # monotonic time of the last reaper pass
+        self._writing = asyncio.Lock()  # one lease entry write at a time
 
     @property
     def registered(self) -> bool:
@@ -100,44 +101,46 @@ class NatsLeases:
     async def guard(self, batch: Sequence[Event]) -> None:
         """Before a batch: register the calls and runs it opens (so a reaper can close
         them if this process dies), and renew the lease if it is half-way out — a
-        writer that finds its lease taken learns which calls were closed for it."""
+        writer that finds its lease taken learns which calls were closed for it.
+
+        What the batch opens joins the open set at once (not when it is written): a
+        renewal racing this batch then writes it too, never an entry without it."""
         opens = False
         for ev in batch:
-            if isinstance(ev, OPENS_CALL) and ev.call_id:
-                opens = opens or (ev.session, ev.call_id) not in self._opened.calls
+            if isinstance(ev, OPENS_CALL) and ev.call_id and not self.is_fenced(ev):
+                key = (ev.session, ev.call_id)
+                if key not in self._opened.calls:
+                    self._opened.calls[key] = (ev.tool or "", ev.run_id or "")
+                    opens = True
             elif isinstance(ev, RunStarted) and ev.run_id:
-                opens = opens or (ev.session, ev.run_id) not in self._opened.runs
+                key = (ev.session, ev.run_id)
+                if key not in self._opened.runs:
+                    self._opened.runs.add(key)
+                    opens = True
         stale = time.monotonic() - self._renewed > self._bus.lease / 2
         if opens or stale or not self._registered_rev:
-            extra = _Opened()
-            extra.calls = dict(self._opened.calls)
-            extra.runs = set(self._opened.runs)
-            for ev in batch:
-                if isinstance(ev, OPENS_CALL) and ev.call_id:
-                    extra.calls.setdefault(
-                        (ev.session, ev.call_id), (ev.tool or "", ev.run_id or "")
-                    )
-                elif isinstance(ev, RunStarted) and ev.run_id:
-                    extra.runs.add((ev.session, ev.run_id))
-            await self.register(extra)
+            await self.register()
 
-    async def register(self, opened: _Opened | None = None) -> None:
-        """Write this writer's lease entry (compare-and-swap on its revision)."""
-        kv = await self._bus.kv(self._bus.names.writers)
-        value = json.dumps(
-            {"lease": self._bus.lease, "open": (opened or self._opened).as_json()}
-        ).encode()
-        try:
-            if self._registered_rev:
-                rev = await kv.update(self._bus.token, value, last=self._registered_rev)
-            else:
-                rev = await kv.create(self._bus.token, value)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            rev = await self._fenced_out(kv, value)
-        self._registered_rev = rev
-        self._renewed = time.monotonic()
+    async def register(self) -> None:
+        """Write this writer's lease entry (compare-and-swap on its revision), one write
+        at a time: the batch writer and the renewal never race each other's entry."""
+        async with self._writing:
+            kv = await self._bus.kv(self._bus.names.writers)
+            try:
+                if self._registered_rev:
+                    rev = await kv.update(self._bus.token, self._entry(), last=self._registered_rev)
+                else:
+                    rev = await kv.create(self._bus.token, self._entry())
+            except nats.js.errors.KeyWrongLastSequenceError:
+                rev = await self._fenced_out(kv)
+            self._registered_rev = rev
+            self._renewed = time.monotonic()
 
-    async def _fenced_out(self, kv: KeyValue, value: bytes) -> int:
+    def _entry(self) -> bytes:
+        """This writer's lease entry: its lease length and what it left open."""
+        return json.dumps({"lease": self._bus.lease, "open": self._opened.as_json()}).encode()
+
+    async def _fenced_out(self, kv: KeyValue) -> int:
         """Our lease entry changed under us: a reaper closed our calls. Learn which (their
         later events are dropped) and register again."""
         try:
@@ -160,8 +163,8 @@ class NatsLeases:
             )
         # else: our own earlier write landed though its reply was lost (a reconnection)
         if rev:
-            return await kv.update(self._bus.token, value, last=rev)
-        return await kv.create(self._bus.token, value)
+            return await kv.update(self._bus.token, self._entry(), last=rev)
+        return await kv.create(self._bus.token, self._entry())
 
     async def denied(self, events: Sequence[Event]) -> bool:
         """Fence the calls of ``events`` whose approval was denied elsewhere (their

@@ -119,6 +119,11 @@ class SSEApp:
     ``authorize``); ``by`` is the principal's ``id``. With ``allowed_origins``, a
     request whose ``Origin`` is not in it is refused (403).
 
+    A write to a client that has not completed within ``write_timeout`` seconds (a
+    client that stopped reading) ends its response: the stream releases its
+    subscription and what it was writing at once, and offers the client a last
+    ``: too slow`` comment and the end of the body for ``write_timeout`` more.
+
     Mount it in any ASGI framework, or serve it bare (``uvicorn module:app``).
     """
 
@@ -135,9 +140,12 @@ class SSEApp:
         buffer: int = 1024,
         allowed_origins: Iterable[str] | None = None,
         max_decision_bytes: int = 64 * 1024,
+        write_timeout: float = serving.DEFAULT_WRITE_TIMEOUT,
     ) -> None:
         if not heartbeat > 0:
             raise ValueError(f"heartbeat must be positive seconds, got {heartbeat!r}")
+        #: Seconds a write to a client may take before its response ends.
+        self.write_timeout = serving.check_write_timeout(write_timeout)
         if retry_ms < 0:
             raise ValueError(f"retry_ms must be >= 0, got {retry_ms!r}")
         self.bus = bus
@@ -278,9 +286,15 @@ class SSEApp:
     async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
         self._cache.users += 1
         try:
-            await serving.event_stream(self._streams, receive, send, lambda: self._pump(pump, send))
+            await serving.event_stream(
+                self._streams,
+                receive,
+                send,
+                lambda guarded: self._pump(pump, guarded),
+                write_timeout=self.write_timeout,
+            )
         finally:
-            self._cache.users -= 1
+            self._cache.leave()
             pump.subscription.close()  # released at once, whatever ended the stream
 
     async def _pump(self, pump: Pump[bytes], send: serving.Send) -> None:
@@ -299,7 +313,6 @@ class SSEApp:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
         except SlowConsumer as exc:
             logger.info("cutting a slow SSE client: %s", exc)
-            body = b": too slow; reconnect with Last-Event-ID to resume\n\n"
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": serving.TOO_SLOW, "more_body": True})
         except DialectError:
             logger.exception("a dialect could not encode an event; ending the stream")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from toolstream import (
     EVENT_TYPES,
@@ -50,6 +52,7 @@ CLOSE_CODES: dict[int, str] = {
     4401: "unauthenticated",
     4403: "forbidden origin",
     4408: "too slow: reconnect and resume each session with after=<last id>",
+    4429: "too many messages: over the socket's inbound budget",
 }
 
 _TYPES = {cls.type: cls for cls in EVENT_TYPES if cls is not StreamReset}
@@ -148,6 +151,14 @@ class WebSocketApp:
     ``max_message_bytes``: close 1009; a client too slow to keep up: close 4408 (it
     resumes with ``after``). The server pings every ``ping_interval`` seconds and closes
     (1011) a peer silent for two intervals, releasing its subscriptions.
+
+    A write that has not completed within ``write_timeout`` seconds (a client that
+    stopped reading) closes the socket with 4408: its subscriptions and whatever they
+    were writing are released at once, and the close frame is offered for
+    ``write_timeout`` more. Each socket may send ``inbound_burst`` messages at once and
+    ``inbound_rate`` a second after that (a token bucket); a message past that budget
+    closes it with 4429. Messages are handled one per turn of the event loop, so one
+    socket's flood never holds up the others.
     """
 
     def __init__(
@@ -162,11 +173,26 @@ class WebSocketApp:
         dialects: Iterable[DialectSpec] | None = None,
         buffer: int = 1024,
         max_subscriptions: int = 64,
+        write_timeout: float = serving.DEFAULT_WRITE_TIMEOUT,
+        inbound_rate: float = 50.0,
+        inbound_burst: int = 200,
     ) -> None:
         if max_message_bytes < 64:
             raise ValueError("max_message_bytes must be at least 64")
         if not ping_interval > 0:
             raise ValueError("ping_interval must be positive seconds")
+        if not inbound_rate > 0:
+            raise ValueError(
+                f"inbound_rate must be positive messages a second, got {inbound_rate!r}"
+            )
+        if inbound_burst < 1:
+            raise ValueError(f"inbound_burst must be at least 1 message, got {inbound_burst!r}")
+        #: Seconds a write to a client may take before its socket is closed (4408).
+        self.write_timeout = serving.check_write_timeout(write_timeout)
+        #: Messages a second a socket may send once its burst is spent (then: 4429).
+        self.inbound_rate = inbound_rate
+        #: Messages a socket may send at once.
+        self.inbound_burst = inbound_burst
         self.bus = bus
         self.authorize = authorize
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
@@ -237,6 +263,29 @@ class WebSocketApp:
         await send({"type": "websocket.close", "code": code, "reason": CLOSE_CODES[code]})
 
 
+class _Inbound:
+    """A socket's inbound budget: a bucket of ``burst`` messages, refilled at ``rate`` a
+    second."""
+
+    __slots__ = ("at", "burst", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self.at = time.monotonic()
+
+    def take(self, now: float) -> bool:
+        """Spend one message; False when the budget is spent."""
+        tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if tokens < 1:
+            self.tokens = tokens
+            return False
+        self.tokens = tokens - 1
+        return True
+
+
 class _Connection:
     """One socket: its subscriptions, its reader, its keepalive."""
 
@@ -254,7 +303,10 @@ class _Connection:
         self.batch = batch
         self.principal = principal
         self.receive = receive
-        self._send = send
+        self._raw_send = send
+        # Every write goes through it: a write that does not complete in time closes
+        # the socket (4408), watched from outside the writer (see run()).
+        self._send = serving.WriteDeadline(send, app.write_timeout)
         # Uncontended (the usual case) it is taken without a trip through the loop.
         self.lock = anyio.Lock(fast_acquire=True)
         self.subs: dict[str, anyio.CancelScope] = {}
@@ -304,29 +356,37 @@ class _Connection:
             with self.scope, app._sockets.serving(self.scope):
                 async with anyio.create_task_group() as self.tg:
                     self.tg.start_soon(self.keepalive)
-                    self.tg.start_soon(serving.watch_server_exit, self.scope)
+                    self.tg.start_soon(
+                        partial(serving.watch_server_exit, self.scope, deadline=self._send)
+                    )
                     try:
                         await self.read()
                     except _Gone:
                         pass
                     self.tg.cancel_scope.cancel()
         finally:
+            if self._send.expired and self.close_code is None:
+                logger.info("closing a WebSocket that read nothing for %s s", app.write_timeout)
+                self.close_code = 4408
             code = (
                 self.close_code
                 if self.close_code is not None
                 else (1001 if app._sockets.closing else 1000)
             )
             if not self.disconnected:
-                try:
-                    await self._send(
-                        {
-                            "type": "websocket.close",
-                            "code": code,
-                            "reason": CLOSE_CODES.get(code, ""),
-                        }
-                    )
-                except Exception:  # the client went away meanwhile
-                    pass
+                # A peer that does not read cannot take the close frame either: offered
+                # for a write deadline, then the socket is left to the server.
+                with anyio.move_on_after(app.write_timeout):
+                    try:
+                        await self._raw_send(
+                            {
+                                "type": "websocket.close",
+                                "code": code,
+                                "reason": CLOSE_CODES.get(code, ""),
+                            }
+                        )
+                    except Exception:  # the client went away meanwhile
+                        pass
 
     async def keepalive(self) -> None:
         interval = self.app.ping_interval
@@ -336,12 +396,18 @@ class _Connection:
                 logger.info("closing a WebSocket whose peer stopped answering pings")
                 self.close(1011)
                 return
+            if self.lock.locked():
+                # A write is under way (the write deadline watches it): a ping would only
+                # wait behind it, and this check must come round again.
+                continue
             try:
                 await self.send({"op": "ping", "ts": time.time()})
             except _Gone:
                 return
 
     async def read(self) -> None:
+        app = self.app
+        budget = _Inbound(app.inbound_rate, app.inbound_burst)
         while True:
             message = await self.receive()
             kind = message["type"]
@@ -350,26 +416,39 @@ class _Connection:
                 return
             if kind != "websocket.receive":
                 continue
-            self.last_heard = time.monotonic()
-            text = message.get("text")
-            data = message.get("bytes")
-            size = (
-                len(text.encode("utf-8", "surrogatepass")) if text is not None else len(data or b"")
-            )
-            if size > self.app.max_message_bytes:
-                self.close(1009)
+            await self.handle(message, budget)
+            if self.close_code is not None:
                 return
-            try:
-                payload = json.loads(text if text is not None else (data or b"").decode())
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                await self.error("bad_json", "messages are JSON objects (nested at most a little)")
-                continue
-            try:
-                await self.dispatch(payload)
-            except _ClientError as exc:
-                session = payload.get("session") if isinstance(payload, dict) else None
-                extra = {"session": session} if serving.valid_session(session) else {}
-                await self.error(exc.code, str(exc), **extra)
+            # A server hands over every message one read from the network brought
+            # without yielding (thousands, from a flood), and writing the answer seldom
+            # yields: one turn of the loop per message keeps the other sockets served,
+            # and lets the server notice that this one is gone.
+            await anyio.lowlevel.checkpoint()
+
+    async def handle(self, message: MutableMapping[str, Any], budget: _Inbound) -> None:
+        """One message from the client: spend the budget, check, parse and dispatch it."""
+        now = self.last_heard = time.monotonic()
+        if not budget.take(now):
+            logger.info("closing a WebSocket that sent more than its inbound budget")
+            self.close(4429)
+            return
+        text = message.get("text")
+        data = message.get("bytes")
+        size = len(text.encode("utf-8", "surrogatepass")) if text is not None else len(data or b"")
+        if size > self.app.max_message_bytes:
+            self.close(1009)
+            return
+        try:
+            payload = json.loads(text if text is not None else (data or b"").decode())
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            await self.error("bad_json", "messages are JSON objects (nested at most a little)")
+            return
+        try:
+            await self.dispatch(payload)
+        except _ClientError as exc:
+            session = payload.get("session") if isinstance(payload, dict) else None
+            extra = {"session": session} if serving.valid_session(session) else {}
+            await self.error(exc.code, str(exc), **extra)
 
     async def dispatch(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -484,5 +563,5 @@ class _Connection:
             except _Gone:
                 pass
         finally:
-            cache.users -= 1
+            cache.leave()
             pump.subscription.close()
