@@ -371,6 +371,9 @@ class RunScope:
             t._nested -= 1
             self._interrupted = keep
             subagents.release(parent, self)
+        if parent is None and reason is None:  # a run of its own: nothing nested to say
+            t._publish(RunFinished, run_id=self.run_id, outcome=outcome, error=info)
+            return
         t._publish(
             RunFinished,
             run_id=self.run_id,
