@@ -268,3 +268,153 @@ def test_the_sdks_own_failure_texts_are_failures() -> None:
     assert sdk_failure(raised) == {"type": "ToolError", "message": raised}
     assert sdk_failure(timed_out) == {"type": "TimeoutError", "message": timed_out}
     assert sdk_failure("sent to bob") is None and sdk_failure({"ok": 1}) is None
+
+
+# -- sub-agents: Agent.as_tool() ------------------------------------------------------------
+
+TERMINALS = {"tool.completed", "tool.failed", "tool.cancelled", "tool.denied"}
+
+
+def delegating(*inner_turns: list[Any]) -> Agent[Any]:
+    """An agent whose ``research`` tool is another agent (``as_tool``), followed with
+    ``on_stream=follow_subagent``."""
+    from toolstream.integrations.openai_agents import follow_subagent
+
+    inner = Agent(
+        name="researcher",
+        model=ScriptedModel([*inner_turns, [assistant_message("found it")]]),
+        tools=[web_search, shell, slow, send_email],
+    )
+    research = inner.as_tool("research", "Research a topic.", on_stream=follow_subagent)
+    outer_model = ScriptedModel(
+        [
+            [function_call("research", {"input": "anyio"}, call_id="call_r")],
+            [assistant_message("done")],
+        ]
+    )
+    return Agent(name="assistant", model=outer_model, tools=[research])
+
+
+def nesting_of(bus: ts.EventBus) -> tuple[ts.RunStarted, list[ts.Event]]:
+    """The sub-agent's ``run.started`` and every event, checking the tree: the sub-run's
+    events carry the parent call and end before it."""
+    events = events_of(bus)
+    assert_lifecycle(events, compare=bus.compare)
+    sub = next(e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id)
+    outer = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
+    assert sub.parent_call_id == "call_r" and sub.parent_run_id == outer.run_id
+    assert sub.agent == "researcher"
+    for e in events:
+        if e.run_id == sub.run_id:
+            assert e.parent_call_id == "call_r", e
+    order = [e.id for e in events]
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    parent_end = next(e for e in events if e.call_id == "call_r" and e.type in TERMINALS)
+    assert order.index(sub_end.id) < order.index(parent_end.id), "children end first"
+    return sub, events
+
+
+async def test_an_agent_as_tool_is_a_sub_agent_of_the_call() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = delegating(
+        [
+            assistant_message("Searching."),
+            function_call("web_search", {"q": "anyio"}, call_id="call_w"),
+        ]
+    )
+    result = await run(tracker, agent, "go")
+    assert result.final_output == "done"
+    tracker.close()
+    sub, events = nesting_of(bus)
+    kinds = types_of(bus, "call_w")
+    assert kinds[0] == "tool.created" and kinds[-2:] == ["tool.started", "tool.completed"]
+    assert next(e for e in events if e.call_id == "call_w").run_id == sub.run_id
+    said = "".join(
+        e.text for e in events if isinstance(e, ts.MessageDelta) and e.run_id == sub.run_id
+    )
+    assert said == "Searching.found it"
+    assert [e.outcome for e in events if isinstance(e, ts.RunFinished)] == ["completed"] * 2
+    assert types_of(bus, "call_r")[-1] == "tool.completed"
+    parent = next(c for c in bus.snapshot("s").calls if c.call_id == "call_r")
+    assert parent.subruns == (sub.run_id,)
+
+
+async def test_a_failing_tool_of_the_sub_agent_is_a_failure_inside_it() -> None:
+    """The SDK turns the inner exception into an output string and the sub-agent goes
+    on: the inner call fails, the sub-run and the outer call complete."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = delegating([function_call("shell", {"cmd": "make"}, call_id="call_x")])
+    await run(tracker, agent, "go")
+    tracker.close()
+    _sub, events = nesting_of(bus)
+    failed = next(e for e in events if isinstance(e, ts.ToolFailed))
+    assert failed.call_id == "call_x" and failed.error.type == "RuntimeError"
+    assert failed.parent_call_id == "call_r"
+    assert types_of(bus, "call_r")[-1] == "tool.completed"
+
+
+async def test_cancelling_the_outer_run_mid_sub_agent_closes_the_tree() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = delegating([function_call("slow", {"seconds": 30}, call_id="call_s")])
+    await cancel_once_running(bus, "call_s", lambda: run(tracker, agent, "go"))
+    tracker.close()
+    sub, events = nesting_of(bus)
+    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
+    assert types_of(bus, "call_r")[-1] == "tool.cancelled"
+    assert {e.outcome for e in events if isinstance(e, ts.RunFinished)} == {"cancelled"}
+    order = [e.id for e in events]
+    inner_end = next(e for e in events if e.call_id == "call_s" and e.type in TERMINALS)
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    assert order.index(inner_end.id) < order.index(sub_end.id)
+
+
+async def test_without_on_stream_the_agent_tool_is_one_call() -> None:
+    """The SDK's inner run reaches nothing of the outer one but ``on_stream``."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner = Agent(
+        name="researcher",
+        model=ScriptedModel(
+            [[function_call("web_search", {"q": "x"}, call_id="call_w")], [assistant_message("ok")]]
+        ),
+        tools=[web_search],
+    )
+    outer = Agent(
+        name="assistant",
+        model=ScriptedModel(
+            [
+                [function_call("research", {"input": "x"}, call_id="call_r")],
+                [assistant_message("done")],
+            ]
+        ),
+        tools=[inner.as_tool("research", "Research.")],
+    )
+    await run(tracker, outer, "go")
+    tracker.close()
+    assert [c.call_id for c in bus.snapshot("s").calls] == ["call_r"]
+
+
+async def test_a_sub_agents_call_that_needs_approval_interrupts_the_outer_run() -> None:
+    """The SDK surfaces the inner approval as the outer run's interruption: the call
+    waits inside the sub-agent, and the resumed run goes on in the same sub-run."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    agent = delegating([function_call("send_email", {"to": "bob"}, call_id="call_m")])
+    first = await run(tracker, agent, "go")
+    assert first.interruptions
+    pending = next(c for c in bus.snapshot("s").calls if c.call_id == "call_m")
+    assert pending.state is ts.CallState.AWAITING_APPROVAL and pending.approval is not None
+    bus.resolve_approval_now("s", pending.approval.approval_id, approved=True, by="alice")
+    second = await run(tracker, agent, await apply_decisions(tracker, first))
+    assert second.final_output == "done"
+    tracker.close()
+    sub, events = nesting_of(bus)
+    assert types_of(bus, "call_m")[-2:] == ["tool.started", "tool.completed"]
+    assert next(e for e in events if e.call_id == "call_m").run_id == sub.run_id
+    subs = [e.run_id for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id]
+    finished = {e.run_id: e.outcome for e in events if isinstance(e, ts.RunFinished)}
+    assert [finished[r] for r in subs] == ["interrupted", "completed"], "suspended, resumed"
+    assert types_of(bus, "call_r")[-1] == "tool.completed"

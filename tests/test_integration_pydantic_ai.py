@@ -286,3 +286,202 @@ async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
         ("message.finished", ""),
     ]
     assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+# -- sub-agents: an agent run inside a tool of a tracked agent ----------------------------
+
+
+def researcher(model: FunctionModel, **run: Any) -> Agent[None, Any]:
+    """A delegate agent: ``capability()`` without a tracker follows the call it runs in."""
+    agent: Agent[None, Any] = Agent(
+        model, name="researcher", output_type=[str, DeferredToolRequests], **run
+    )
+
+    @agent.tool_plain
+    async def web_search(q: str) -> list[str]:
+        return [f"https://example.com/{q}"]
+
+    @agent.tool_plain
+    async def shell(cmd: str) -> str:
+        raise RuntimeError(f"command failed: {cmd}")
+
+    @agent.tool_plain
+    async def slow(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "slept"
+
+    @agent.tool_plain(requires_approval=True)
+    async def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    return agent
+
+
+def delegating(inner: Agent[None, Any], *, per_run: ts.Tracker | None = None) -> Agent[None, Any]:
+    """An agent whose ``research`` tool delegates to ``inner`` (pydantic-ai's documented
+    agent delegation: the usage is passed on). ``per_run``: the capability is given to the
+    inner run, bound to that tracker, instead of carried by the inner agent."""
+    outer = make_agent(scripted([call(0, "research", "call_r", '{"topic": "anyio"}')]))
+
+    @outer.tool
+    async def research(ctx: RunContext[None], topic: str) -> str:
+        if per_run is None:
+            result = await inner.run(topic, usage=ctx.usage)
+        else:
+            result = await inner.run(topic, usage=ctx.usage, capabilities=[capability(per_run)])
+        return str(result.output)
+
+    return outer
+
+
+def nesting_of(bus: ts.EventBus) -> tuple[ts.RunStarted, list[ts.Event]]:
+    """The sub-agent's ``run.started`` and every event; checks the tree's order: the
+    sub-run's events carry the parent call, and end before it."""
+    events = events_of(bus)
+    assert_lifecycle(events, compare=bus.compare)
+    sub = next(e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id)
+    outer = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
+    assert sub.parent_call_id == "call_r" and sub.parent_run_id == outer.run_id
+    for e in events:
+        if e.run_id == sub.run_id:
+            assert e.parent_call_id == "call_r", e
+    order = [e.id for e in events]
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    parent_end = next(e for e in events if e.call_id == "call_r" and e.type in TERMINALS)
+    assert order.index(sub_end.id) < order.index(parent_end.id), "children end first"
+    return sub, events
+
+
+TERMINALS = {"tool.completed", "tool.failed", "tool.cancelled", "tool.denied"}
+
+
+@pytest.mark.parametrize("how", ["agent", "run"])
+async def test_a_delegate_agent_is_a_sub_agent_of_the_call(how: str) -> None:
+    """``capability()`` on the delegate (or ``capability(tracker)`` given to its run):
+    its run nests under the tool's call, its calls and words carry that call."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner_model = scripted(["Searching. ", call(0, "web_search", "call_w", '{"q": "anyio"}')])
+    if how == "agent":
+        inner = researcher(inner_model, capabilities=[capability()])
+        outer = delegating(inner)
+    else:
+        inner = researcher(inner_model)
+        outer = delegating(inner, per_run=tracker)
+    result = await outer.run("go", capabilities=[capability(tracker)])
+    assert result.output == "done"
+    tracker.close()
+    sub, events = nesting_of(bus)
+    assert sub.agent == "researcher"
+    assert types_of(bus, "call_w") == [
+        "tool.created",
+        "tool.args.delta",
+        "tool.ready",
+        "tool.started",
+        "tool.completed",
+    ]
+    inner_call = next(e for e in events if e.call_id == "call_w")
+    assert inner_call.run_id == sub.run_id and inner_call.parent_call_id == "call_r"
+    said = "".join(
+        e.text for e in events if isinstance(e, ts.MessageDelta) and e.run_id == sub.run_id
+    )
+    assert said == "Searching. done"
+    assert [e.outcome for e in events if isinstance(e, ts.RunFinished)] == ["completed"] * 2
+    assert types_of(bus, "call_r")[-1] == "tool.completed"
+    snapshot = bus.snapshot("s")
+    parent = next(c for c in snapshot.calls if c.call_id == "call_r")
+    assert parent.subruns == (sub.run_id,)
+
+
+async def test_a_failing_tool_of_the_sub_agent_fails_its_run_and_the_call() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner = researcher(
+        scripted([call(0, "shell", "call_x", '{"cmd": "make"}')]), capabilities=[capability()]
+    )
+    with pytest.raises(RuntimeError, match="command failed"):
+        await delegating(inner).run("go", capabilities=[capability(tracker)])
+    tracker.close()
+    sub, events = nesting_of(bus)
+    assert types_of(bus, "call_x")[-1] == "tool.failed"
+    finished = {e.run_id: e.outcome for e in events if isinstance(e, ts.RunFinished)}
+    assert finished[sub.run_id] == "failed" and set(finished.values()) == {"failed"}
+    assert types_of(bus, "call_r")[-1] == "tool.failed"
+
+
+async def test_cancelling_the_outer_run_mid_sub_agent_closes_the_tree() -> None:
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner = researcher(
+        scripted([call(0, "slow", "call_s", '{"seconds": 30}')]), capabilities=[capability()]
+    )
+    outer = delegating(inner)
+    await cancel_once_running(
+        bus, "call_s", lambda: outer.run("go", capabilities=[capability(tracker)])
+    )
+    tracker.close()
+    sub, events = nesting_of(bus)
+    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
+    assert types_of(bus, "call_r")[-1] == "tool.cancelled"
+    assert {e.outcome for e in events if isinstance(e, ts.RunFinished)} == {"cancelled"}
+    order = [e.id for e in events]
+    inner_end = next(e for e in events if e.call_id == "call_s" and e.type in TERMINALS)
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    assert order.index(inner_end.id) < order.index(sub_end.id)
+
+
+async def test_a_sub_agents_approval_is_waited_for_inside_the_call() -> None:
+    """pydantic-ai has no approvals across agents: the delegate's run ends with its
+    ``DeferredToolRequests`` (the sub-run ``interrupted``, the call awaiting a person),
+    and the tool waits for the decision and runs the delegate again, in the same call."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner = researcher(
+        scripted([call(0, "send_email", "call_m", '{"to": "bob"}')]), capabilities=[capability()]
+    )
+    outer = make_agent(scripted([call(0, "research", "call_r", '{"topic": "mail"}')]))
+
+    @outer.tool
+    async def research(ctx: RunContext[None], topic: str) -> str:
+        result = await inner.run(topic, usage=ctx.usage)
+        while isinstance(result.output, DeferredToolRequests):
+            decided = await deferred_tool_results(tracker, result.output)
+            result = await inner.run(
+                message_history=result.all_messages(),
+                deferred_tool_results=decided,
+                usage=ctx.usage,
+            )
+        return str(result.output)
+
+    async def person(asked: ts.Subscription[Any]) -> None:
+        async for event in asked:
+            assert isinstance(event, ts.ApprovalRequested)
+            await bus.resolve_approval("s", event.approval_id, approved=True, by="alice")
+            return
+
+    async with (
+        bus.subscribe(ts.ApprovalRequested, session="s") as asked,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(person, asked)
+        result = await outer.run("go", capabilities=[capability(tracker)])
+    assert result.output == "done"
+    tracker.close()
+    events = events_of(bus)
+    assert_lifecycle(events, compare=bus.compare)
+    subs = [e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id == "call_r"]
+    assert len(subs) == 2, "the delegate ran twice, both nested under the call"
+    finished = {e.run_id: e.outcome for e in events if isinstance(e, ts.RunFinished)}
+    assert [finished[s.run_id] for s in subs] == ["interrupted", "completed"]
+    kinds = types_of(bus, "call_m")
+    assert "tool.approval.requested" in kinds and kinds[-1] == "tool.completed"
+    assert types_of(bus, "call_r")[-1] == "tool.completed"
+
+
+async def test_capability_without_a_tracker_outside_any_call_reports_nothing() -> None:
+    bus = ts.EventBus()
+    inner = researcher(
+        scripted([call(0, "web_search", "call_w", '{"q": "x"}')]), capabilities=[capability()]
+    )
+    assert (await inner.run("go")).output == "done"
+    assert events_of(bus) == []

@@ -214,7 +214,12 @@ class Outcome:
 
 @contextlib.contextmanager
 def framework_run(
-    calls: Calls, run_id: str | None, *, framework_id: bool = False
+    calls: Calls,
+    run_id: str | None,
+    *,
+    framework_id: bool = False,
+    parent: CallHandle | None = None,
+    agent: str | None = None,
 ) -> Iterator[Outcome]:
     """One toolstream run around one framework run: calls reported inside join it; it
     finishes ``cancelled`` or ``failed`` as the body ends, else ``interrupted`` when the
@@ -224,8 +229,12 @@ def framework_run(
     several times across a wait for a person) the framework run joins that run instead:
     its calls and messages are the turn's, and the run's owner ends it. ``run_id``, if
     the caller chose it, must then be that run's (else the framework run is its own);
-    ``framework_id``: ``run_id`` is the framework's own id, never a choice."""
-    enclosing = calls.tracker._run_for(None)
+    ``framework_id``: ``run_id`` is the framework's own id, never a choice.
+
+    ``parent``: the framework run is a sub-agent's, run by that call's tool: a run
+    nested under the call (``agent``: its name, the call's tool by default), never
+    joined to an enclosing one."""
+    enclosing = None if parent is not None else calls.tracker._run_for(None)
     if enclosing is not None and (run_id is None or framework_id or run_id == enclosing):
         previous, calls.run_id = calls.run_id, enclosing
         calls.outcome = Outcome()
@@ -235,7 +244,10 @@ def framework_run(
             calls.words.end()
             calls.run_id = previous
         return
-    run = calls.tracker.run(run_id=run_id).start()
+    if parent is None:
+        run = calls.tracker.run(run_id=run_id).start()
+    else:
+        run = parent.subagent(agent, run_id=run_id).start()
     previous, calls.run_id = calls.run_id, run.run_id
     outcome = calls.outcome = Outcome()
     try:

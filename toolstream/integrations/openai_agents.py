@@ -27,6 +27,11 @@ failure, with the exception: such a call ends ``tool.failed``, not ``tool.comple
 run finishes ``interrupted``; :func:`apply_decisions` waits for the decisions on the bus
 and returns the ``RunState`` to resume with.
 
+``Agent.as_tool()`` runs the tool's agent in a run of its own, whose events never
+reach the outer stream (openai-agents-python#864); the SDK hands them to the tool's
+``on_stream`` callback. ``agent.as_tool(..., on_stream=follow_subagent)`` makes that run
+a sub-agent nested under the outer call: its calls and words, live.
+
 Install with ``pip install "toolstream[openai-agents]"``.
 """
 
@@ -37,6 +42,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from toolstream._core.scopes import current_runs
 from toolstream.integrations import require
 from toolstream.integrations._calls import (
     Calls,
@@ -69,7 +75,7 @@ from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # 
 if TYPE_CHECKING:
     from agents import RunResultStreaming
 
-    from toolstream import Tracker
+    from toolstream import RunScope, Tracker
     from toolstream.chat import StartTurn, TurnRequest
 
 __all__ = [
@@ -78,6 +84,7 @@ __all__ = [
     "chat_agent",
     "report_progress",
     "error_formatter",
+    "follow_subagent",
     "run_config",
     "track_run",
 ]
@@ -99,6 +106,65 @@ class _Follower(Calls):
         self.items: dict[str, str] = {}  # Responses item id -> call id
         self.failures: dict[str, BaseException | None] = {}
         self.response = 0  # the model response streaming now (its words' message key)
+        #: The sub-agents of ``as_tool`` calls by the outer call's id (shared by the
+        #: tracker's record and its sub-agents' own).
+        self.subagents: dict[str, _Follower] = {}
+        #: A sub-agent's record: the run nested under its call.
+        self.scope: RunScope | None = None
+
+    def nested(self, parent: str, agent: object) -> _Follower | None:
+        """The record of the sub-agent run by the open call ``parent`` (started now)."""
+        sub = self.subagents.get(parent)
+        if sub is not None:
+            if sub.scope is not None and not sub.scope.finished:
+                return sub
+            del self.subagents[parent]  # its call ended without returning (cancelled)
+        handle = self.open(parent)
+        if handle is None:
+            return None
+        name = getattr(agent, "name", None)
+        scope = handle.subagent(name if isinstance(name, str) and name else None).start()
+        if not scope.started:  # pragma: no cover - the call ended meanwhile
+            return None
+        sub = _Follower(self.tracker)
+        for shared in ("handles", "failures", "approvals", "subagents", "reason_for"):
+            setattr(sub, shared, getattr(self, shared))
+        sub.approval_timeout = self.approval_timeout
+        sub.words.enabled = self.words.enabled
+        sub.scope = scope
+        sub.run_id = scope.run_id
+        self.subagents[parent] = sub
+        return sub
+
+    def owner_of(self, call_id: str) -> _Follower:
+        """The record of the sub-agent whose call ``call_id`` is, else this one."""
+        handle = self.open(call_id)
+        parent = None if handle is None else handle.parent_call_id
+        sub = self.subagents.get(parent) if parent is not None else None
+        return self if sub is None else sub
+
+    def suspend_subagents(self) -> None:
+        """The run stops for approvals: its sub-agents' runs finish ``interrupted``,
+        newest first (their waiting calls stay open; the resumed run's sub-agents adopt
+        them)."""
+        for parent in reversed(list(self.subagents)):
+            sub = self.subagents.pop(parent)
+            scope = sub.scope
+            sub.words.end()
+            if scope is not None and not scope.finished:
+                scope.finish("interrupted")
+
+    def _end_subagent(self, call_id: str, failure: object) -> None:
+        """The ``as_tool`` call ``call_id`` returned: its sub-agent's run ends first."""
+        sub = self.subagents.pop(call_id, None)
+        scope = None if sub is None else sub.scope
+        if sub is None or scope is None or scope.finished:
+            return
+        sub.words.end()
+        if failure is None:
+            scope.finish("completed")
+        else:
+            scope.finish("failed", error=failure if isinstance(failure, BaseException) else None)
 
     def started(self, call_id: str, tool: str, arguments: object) -> None:
         self.start(call_id, tool, parse_args(arguments))
@@ -109,9 +175,13 @@ class _Follower(Calls):
             return
         if call_id in self.failures:
             error = self.failures.pop(call_id)
+            if self.subagents:
+                self._end_subagent(call_id, error or output)
             handle.fail(error if error is not None else str(output))
             return
         failure = sdk_failure(output)
+        if self.subagents:
+            self._end_subagent(call_id, failure)
         if failure is not None:  # the SDK's own text for a tool that raised or timed out
             handle.fail(failure)
         else:
@@ -213,6 +283,56 @@ def _follower(tracker: Tracker) -> _Follower:
     return follower_of(tracker, _Follower)
 
 
+def follow_subagent(event: Any) -> None:
+    """The ``on_stream`` callback of ``agent.as_tool(..., on_stream=follow_subagent)``:
+    the tool's agent run becomes a sub-agent nested under the outer call (its
+    ``run.started`` carries the call; its calls, their arguments streaming in, and its
+    words carry it too), on the tracker following the outer run. It finishes when the
+    call returns (``failed`` when the tool failed); the call's end ends what is left.
+
+    The tracker is the one whose open call has the outer call's id: the tracker of the
+    toolstream run the outer ``Runner`` call was made in first (a ``chat_agent`` turn),
+    else any tracker following an Agents SDK run. A call of the sub-agent's tool that
+    never needs approval runs as soon as the model made it (the stream says no more)."""
+    call_id = _field(event.get("tool_call"), "call_id")
+    if not isinstance(call_id, str):
+        return
+    sub = _subagent_of(call_id, event.get("agent"))
+    if sub is None:
+        return
+    inner = event.get("event")
+    sub.apply(inner)
+    if isinstance(inner, RunItemStreamEvent) and inner.name == "tool_called":
+        raw = getattr(inner.item, "raw_item", None)
+        inner_id = _field(raw, "call_id")
+        name = _field(raw, "name")
+        if isinstance(inner_id, str) and _runs_at_once(event.get("agent"), name):
+            sub.start(inner_id, str(name), parse_args(_field(raw, "arguments")))
+
+
+def _subagent_of(call_id: str, agent: object) -> _Follower | None:
+    """The sub-agent record of the open call ``call_id``: on the tracker of the enclosing
+    toolstream run first, else on any tracker's record that has that call open."""
+    for scope in reversed(current_runs.get()):
+        follower = _follower(scope._tracker)
+        sub = follower.nested(call_id, agent)
+        if sub is not None:
+            return sub
+    for follower in every_calls(_Follower):
+        sub = follower.nested(call_id, agent)
+        if sub is not None:
+            return sub
+    return None
+
+
+def _runs_at_once(agent: object, name: object) -> bool:
+    """True when ``agent``'s tool ``name`` never waits for approval."""
+    for tool in getattr(agent, "tools", None) or ():
+        if getattr(tool, "name", None) == name:
+            return getattr(tool, "needs_approval", False) is False
+    return False
+
+
 class ToolstreamHooks(RunHooks[Any]):
     """``RunHooks`` that announce each tool's start and end on ``tracker`` (the call id is
     ``context.tool_call_id``). Pass as ``Runner.run(..., hooks=ToolstreamHooks(tracker))``."""
@@ -279,8 +399,11 @@ async def track_run(
             if not isinstance(call_id, str):
                 continue
             tool = str(getattr(item, "tool_name", None) or "tool")
-            if follower.ask(call_id, tool, parse_args(_field(raw, "arguments"))) is not None:
+            asker = follower.owner_of(call_id)
+            if asker.ask(call_id, tool, parse_args(_field(raw, "arguments"))) is not None:
                 outcome.waiting = True
+        if outcome.waiting and follower.subagents:
+            follower.suspend_subagents()
 
 
 async def apply_decisions(tracker: Tracker, result: RunResultStreaming) -> RunState[Any]:

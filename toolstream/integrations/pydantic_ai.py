@@ -15,16 +15,21 @@ tool does: pydantic-ai ends the run when a tool raises, and the call still ends
 person's decision; :func:`deferred_tool_results` waits for the decisions on the bus and
 builds what the next run takes.
 
+An agent run inside a tool of a tracked agent (a delegate, ``await other.run(...,
+usage=ctx.usage)``) is a sub-agent: with ``capability()`` on that agent (no tracker: it
+follows the tracker of the call it runs in), its run is nested under the tool's call.
+
 Install with ``pip install "toolstream[pydantic-ai]"``.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolstream._core.scopes import cancel_reason, is_cancellation
+from toolstream._core.scopes import cancel_reason, current_call, is_cancellation
 from toolstream.integrations import require
 from toolstream.integrations._calls import Calls, every_calls, follower_of, framework_run, refusal
 from toolstream.integrations._chat import (
@@ -70,7 +75,7 @@ from pydantic_ai.messages import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from toolstream import Tracker
+    from toolstream import CallHandle, Tracker
     from toolstream.chat import StartTurn, TurnRequest
 
 __all__ = [
@@ -220,29 +225,84 @@ def _follower(tracker: Tracker) -> _Follower:
     return follower_of(tracker, _Follower)
 
 
+def _sub_follower(tracker: Tracker) -> _Follower:
+    """The record of a sub-agent's run: its own run, words and stream positions; the
+    tracker's calls and approvals (``report_progress`` and ``deferred_tool_results``
+    find its calls there)."""
+    main = _follower(tracker)
+    sub = _Follower(tracker)
+    sub.handles = main.handles
+    sub.approvals = main.approvals
+    sub.reason_for = main.reason_for
+    return sub
+
+
 @dataclasses.dataclass(init=False)
 class ToolstreamCapability(AbstractCapability[Any]):
     """The pydantic-ai capability that announces an agent's tool calls on ``tracker``
-    (made by :func:`capability`)."""
+    (made by :func:`capability`). Each run gets its own copy (``for_run``), bound to the
+    record of its calls: the tracker's, or a sub-agent's when the run is started inside
+    the tool of a tracked call."""
 
-    tracker: Tracker
+    tracker: Tracker | None
     approval_timeout: float | None
     messages: bool
 
     def __init__(
-        self, tracker: Tracker, *, approval_timeout: float | None = None, messages: bool = True
+        self,
+        tracker: Tracker | None = None,
+        *,
+        approval_timeout: float | None = None,
+        messages: bool = True,
     ) -> None:
         self.tracker = tracker
         self.approval_timeout = approval_timeout
         self.messages = messages
+        self._calls: _Follower | None = None  # this run's record (set by for_run)
+        self._parent: CallHandle | None = None  # the call this run is a sub-agent of
+
+    async def for_run(self, ctx: RunContext[Any]) -> ToolstreamCapability:
+        """This run's copy: a sub-agent's when the run starts in the tool of an open call
+        (of ``tracker``, or of any tracker when none was given); without a tracker and
+        outside any call, a copy that reports nothing."""
+        tracker = self.tracker
+        parent = current_call.get()
+        if parent is not None and (
+            parent.done or (tracker is not None and parent._tracker is not tracker)
+        ):
+            parent = None
+        run = copy.copy(self)
+        if parent is not None:
+            run._parent = parent
+            run._calls = _sub_follower(parent._tracker)
+        elif tracker is not None:
+            run._calls = _follower(tracker)
+        return run
+
+    def _record(self) -> _Follower | None:
+        """The record this run reports to (a copy that ``for_run`` did not make — a
+        framework that skips it — reports to the tracker's)."""
+        calls = self._calls
+        if calls is None and self.tracker is not None:
+            calls = self._calls = _follower(self.tracker)
+        return calls
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Awaitable[Any]]) -> Any:
         """One toolstream run per agent run (its ``run_id``); ``interrupted`` when the run
-        ends waiting for approvals."""
-        follower = _follower(self.tracker)
+        ends waiting for approvals. A sub-agent's run is nested under its call."""
+        follower = self._record()
+        if follower is None:
+            return await handler()
         follower.approval_timeout = self.approval_timeout
         follower.words.enabled = self.messages
-        with framework_run(follower, ctx.run_id or None, framework_id=True) as outcome:
+        parent = self._parent
+        with framework_run(
+            follower,
+            ctx.run_id or None,
+            framework_id=True,
+            parent=parent,
+            agent=None if parent is None else _agent_name(ctx),
+        ) as outcome:
             result = await handler()
             output = getattr(result, "output", None)
             outcome.waiting = isinstance(output, DeferredToolRequests) and bool(output.approvals)
@@ -250,7 +310,9 @@ class ToolstreamCapability(AbstractCapability[Any]):
 
     async def on_event(self, ctx: RunContext[Any], *, event: Any) -> None:
         """Every event of the run's stream: call cards, arguments, progress, results."""
-        _follower(self.tracker).apply(event)
+        follower = self._calls
+        if follower is not None:
+            follower.apply(event)
 
     async def wrap_tool_execute(
         self,
@@ -261,10 +323,14 @@ class ToolstreamCapability(AbstractCapability[Any]):
         args: Any,
         handler: Callable[[Any], Awaitable[Any]],
     ) -> Any:
-        """The tool runs: started, then completed, failed or cancelled — whatever happens."""
-        follower = _follower(self.tracker)
+        """The tool runs: started, then completed, failed or cancelled — whatever happens.
+        Its code runs in the call's block: an agent run there is the call's sub-agent."""
+        follower = self._record()
+        if follower is None:
+            return await handler(args)
         handle = follower.handle(call.tool_call_id, call.tool_name)
         handle.start(args if isinstance(args, dict) else call.args_as_dict())
+        token = current_call.set(handle)
         try:
             result = await handler(args)
         except _CONTROL:
@@ -278,19 +344,38 @@ class ToolstreamCapability(AbstractCapability[Any]):
                 retry = type(exc).__name__ in ("ToolRetryError", "ModelRetry")
                 handle.fail(exc, retryable=True if retry else None)
             raise
+        finally:
+            try:
+                current_call.reset(token)
+            except ValueError:  # pragma: no cover - the handler switched contexts
+                pass
         if not handle.done:
             handle.complete(result)
         return result
 
 
+def _agent_name(ctx: RunContext[Any]) -> str | None:
+    """The agent's name, when it has one (a sub-agent's run is named after it)."""
+    name = getattr(getattr(ctx, "agent", None), "name", None)
+    return name if isinstance(name, str) and name else None
+
+
 def capability(
-    tracker: Tracker, *, approval_timeout: float | None = None, messages: bool = True
+    tracker: Tracker | None = None,
+    *,
+    approval_timeout: float | None = None,
+    messages: bool = True,
 ) -> ToolstreamCapability:
     """The capability to pass to ``Agent(capabilities=[...])`` or ``agent.run(...,
     capabilities=[...])``: the agent's tool calls, live, on ``tracker``, and the model's
     text and reasoning as the run's messages (``messages=False``: calls only).
     ``approval_timeout``: seconds a call that needs approval waits for a person before
-    its approval expires (and the call is denied)."""
+    its approval expires (and the call is denied).
+
+    A run started inside a tool of a tracked agent (a delegate) is a sub-agent: nested
+    under that tool's call. Without ``tracker`` the capability follows the tracker of
+    the call its run is started in, and reports nothing outside one — what an agent
+    used as a delegate carries (``Agent(..., capabilities=[capability()])``)."""
     return ToolstreamCapability(tracker, approval_timeout=approval_timeout, messages=messages)
 
 
