@@ -57,8 +57,9 @@ class Nest:
     """The sub-agents' records of one integration, by the call they run in (at any
     depth: a sub-agent's own calls are in the same shared handles)."""
 
-    def __init__(self, outer: Calls) -> None:
+    def __init__(self, outer: Calls, kind: type[SubCalls] = SubCalls) -> None:
         self.outer = outer
+        self._kind = kind
         self._subs: dict[str, SubCalls] = {}
 
     def sub(self, call_id: object, agent: str | None = None) -> Calls:
@@ -73,7 +74,7 @@ class Nest:
         parent = self.outer.open(call_id)
         if parent is None:
             return self.outer
-        sub = SubCalls(self.outer, parent, _agent_name(agent))
+        sub = self._kind(self.outer, parent, _agent_name(agent))
         if not sub.open_run:  # refused (a lenient tracker's violation): report flat
             return self.outer
         self._subs[call_id] = sub
