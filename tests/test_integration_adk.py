@@ -451,3 +451,136 @@ async def test_the_models_words_are_the_runs_messages(messages: bool) -> None:
         ("text", "done"),
         ("message.finished", ""),
     ]
+
+
+# -- sub-agents: an AgentTool's agent nests under its call; a transfer does not --
+
+
+async def run_manager(
+    tracker: ts.Tracker,
+    inner: list[list[tuple[str, dict[str, Any], str]]],
+    outer: list[list[tuple[str, dict[str, Any], str]]],
+) -> None:
+    """A manager agent whose ``scout`` tool is an agent (``AgentTool``)."""
+    from google.adk.tools.agent_tool import AgentTool
+
+    scout = LlmAgent(
+        name="scout",
+        description="Searches.",
+        model=Scripted(model="scripted", turns=inner),
+        tools=[web_search, shell, slow],
+    )
+    manager = LlmAgent(
+        name="manager",
+        model=Scripted(model="scripted", turns=outer),
+        tools=[AgentTool(agent=scout)],
+    )
+    app = App(name="app", root_agent=manager, plugins=[ToolstreamPlugin(tracker)])
+    runner = InMemoryRunner(app=app)
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    message = types.Content(role="user", parts=[types.Part(text="go")])
+    async for _ in track_events(
+        tracker, runner.run_async(user_id="u", session_id=session.id, new_message=message)
+    ):
+        pass
+
+
+ASK_SCOUT = [[("scout", {"request": "anyio"}, "out_1")]]
+
+#: ADK's own AgentTool hands the parent's plugins to the Runner it makes through the
+#: argument that Runner deprecates (ADK warns about its own code, not about toolstream's).
+adk_passes_plugins = pytest.mark.filterwarnings(
+    "ignore:The `plugins` argument is deprecated:DeprecationWarning"
+)
+
+
+@adk_passes_plugins
+async def test_an_agent_tools_agent_nests_under_its_call() -> None:
+    """ADK runs the AgentTool's agent in a runner of its own, with the parent's plugins:
+    the plugin sees that invocation start in the context of the call's tool."""
+    from tests.subagent_checks import assert_tree, calls_in, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    inner = [[("web_search", {"q": "anyio"}, "in_1"), ("web_search", {"q": "trio"}, "in_2")]]
+    await run_manager(tracker, inner, ASK_SCOUT)
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_1")
+    top = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
+    assert (sub.agent, sub.parent_run_id) == ("scout", top.run_id)
+    assert calls_in(events, sub.run_id) == ["in_1", "in_2"]
+    assert outcome(events, sub.run_id) == "completed"
+    assert types_of(bus, "out_1") == ["tool.started", "tool.completed"]
+    said = [e.text for e in events if isinstance(e, ts.MessageDelta) and e.run_id == sub.run_id]
+    assert said == ["done"]  # the sub-agent's answer is its run's message
+
+
+@adk_passes_plugins
+async def test_a_sub_agent_whose_tool_raises_fails_its_call() -> None:
+    from tests.subagent_checks import assert_tree, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    with pytest.raises(RuntimeError, match="command failed"):
+        await run_manager(tracker, [[("shell", {"cmd": "make"}, "in_x")]], ASK_SCOUT)
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_1")
+    assert types_of(bus, "in_x") == ["tool.started", "tool.failed"]
+    assert outcome(events, sub.run_id) == "failed"
+    assert types_of(bus, "out_1")[-1] == "tool.failed"
+
+
+@adk_passes_plugins
+async def test_cancelling_mid_sub_agent_ends_the_tree_innermost_first() -> None:
+    from tests.subagent_checks import assert_tree, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    await cancel_once_running(
+        bus,
+        "in_s",
+        lambda: run_manager(tracker, [[("slow", {"seconds": 30}, "in_s")]], ASK_SCOUT),
+    )
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_1")
+    assert types_of(bus, "in_s")[-1] == "tool.cancelled"
+    assert outcome(events, sub.run_id) == "cancelled"
+    assert types_of(bus, "out_1")[-1] == "tool.cancelled"
+
+
+async def test_a_transfer_to_a_sub_agent_stays_in_the_run() -> None:
+    """``sub_agents`` hand the conversation over in the same invocation: no call runs
+    the sub-agent, so its calls are the run's own (the transfer is a call of its own)."""
+    helper = LlmAgent(
+        name="helper",
+        description="Helps.",
+        model=Scripted(model="scripted", turns=[[("web_search", {"q": "x"}, "in_h")]]),
+        tools=[web_search],
+    )
+    root = LlmAgent(
+        name="root",
+        model=Scripted(
+            model="scripted", turns=[[("transfer_to_agent", {"agent_name": "helper"}, "t_1")]]
+        ),
+        sub_agents=[helper],
+    )
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    app = App(name="app", root_agent=root, plugins=[ToolstreamPlugin(tracker)])
+    runner = InMemoryRunner(app=app)
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    message = types.Content(role="user", parts=[types.Part(text="go")])
+    async for _ in track_events(
+        tracker, runner.run_async(user_id="u", session_id=session.id, new_message=message)
+    ):
+        pass
+    tracker.close()
+    events = events_of(bus)
+    assert_lifecycle(events, compare=bus.compare)
+    assert len([e for e in events if isinstance(e, ts.RunStarted)]) == 1
+    assert types_of(bus, "t_1") == ["tool.started", "tool.completed"]
+    assert types_of(bus, "in_h") == ["tool.started", "tool.completed"]
+    assert next(e for e in events if e.call_id == "in_h").parent_call_id is None

@@ -461,3 +461,187 @@ async def test_a_custom_event_from_inside_a_tool_is_that_calls_progress() -> Non
     ]
     assert progress == [("call_f", 0.5, "half"), ("call_f", 0.9, "almost")]
     assert types_of(bus, "call_f")[-1] == "tool.completed"
+
+
+# -- sub-agents: a graph run inside a tool (an agent as a tool), a subgraph as a node --
+
+#: What each sub-agent's model does, by the topic its tool was given.
+SCOUT_TURNS: dict[str, list[list[dict[str, Any]]]] = {
+    "anyio": [[first("web_search", "in_anyio", '{"q": "anyio"}')]],
+    "trio": [[first("picky", "in_trio", '{"cmd": "rm"}')]],  # handled: the agent goes on
+    "boom": [[first("shell", "in_boom", '{"cmd": "ls"}')]],  # raises through the tool
+    "slow": [[first("slow", "in_slow", '{"seconds": 30}')]],
+}
+
+
+@tool
+async def picky(cmd: str) -> str:
+    """A tool whose error goes back to the model (a handled ``ToolException``)."""
+    raise ToolException(f"bad command: {cmd}")
+
+
+picky.handle_tool_error = True
+
+
+def make_scout(topic: str) -> Any:
+    """A prebuilt-style agent graph (model node, ``ToolNode``), named ``scout``."""
+    model = ScriptedChat(turns=SCOUT_TURNS[topic])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([web_search, shell, picky, slow]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(name="scout")
+
+
+@tool
+async def research(topic: str) -> str:
+    """Ask the scout agent."""
+    out = await make_scout(topic).ainvoke({"messages": [("user", topic)]})
+    return str(out["messages"][-1].content)
+
+
+def make_manager(*turns: list[dict[str, Any]]) -> Any:
+    model = ScriptedChat(turns=list(turns))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([research, web_search]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+async def test_an_agent_run_by_a_tool_nests_under_its_call() -> None:
+    """Two calls of an agent-as-a-tool in one turn run in one task of the tool node:
+    each sub-agent still nests under its own call (LangChain's run tree, not the
+    namespace, says which), with its calls, its words and a handled failure."""
+    from tests.subagent_checks import assert_tree, calls_in, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_manager(
+        [
+            first("research", "out_a", '{"topic": "anyio"}'),
+            first("research", "out_t", '{"topic": "trio"}', index=1),
+        ]
+    )
+    chunks = await drain(tracker, graph, {"messages": [("user", "go")]})
+    tracker.close()
+    events = assert_tree(bus)
+    for parent, inner, state in (
+        ("out_a", "in_anyio", "completed"),
+        ("out_t", "in_trio", "failed"),
+    ):
+        (sub,) = sub_runs(events, parent)
+        assert (sub.agent, sub.parent_run_id) == ("scout", events[0].run_id)
+        assert calls_in(events, sub.run_id) == [inner]
+        assert types_of(bus, inner)[-1] == f"tool.{state}"
+        assert outcome(events, sub.run_id) == "completed"
+        assert types_of(bus, parent)[-1] == "tool.completed"
+        said = [e for e in events if isinstance(e, ts.MessageDelta) and e.run_id == sub.run_id]
+        assert "".join(e.text for e in said) == "done"  # the sub-agent's own answer
+    # the caller's chunks are the top graph's, as without sub-agents
+    assert all("agent" in c or "tools" in c for c in chunks)
+
+
+async def test_subgraph_chunks_are_re_yielded_only_when_asked() -> None:
+    graph = make_manager([first("research", "out_a", '{"topic": "anyio"}')])
+    tracker = ts.Tracker(ts.EventBus(), "s")
+    plain = await drain(tracker, graph, {"messages": [("user", "go")]}, stream_mode=["updates"])
+    assert all(mode == "updates" for mode, _ in plain)
+    graph = make_manager([first("research", "out_a", '{"topic": "anyio"}')])
+    given = {"messages": [("user", "go")]}
+    nested = [
+        c
+        async for c in track_graph(
+            tracker, graph, given, CONFIG, stream_mode=["tools"], subgraphs=True
+        )
+    ]
+    # (namespace, mode, chunk), as astream gives them: the sub-agent's too
+    assert {ns for ns, _, _ in nested} > {()}
+    assert {mode for _, mode, _ in nested} == {"tools"}
+
+
+async def test_a_sub_agent_that_raises_fails_its_call_and_its_run() -> None:
+    from tests.subagent_checks import assert_tree, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_manager([first("research", "out_b", '{"topic": "boom"}')])
+    with pytest.raises(RuntimeError, match="command failed"):
+        await drain(tracker, graph, {"messages": [("user", "go")]})
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_b")
+    assert types_of(bus, "in_boom")[-1] == "tool.failed"
+    assert outcome(events, sub.run_id) == "failed"
+    assert types_of(bus, "out_b")[-1] == "tool.failed"
+
+
+async def test_cancelling_the_run_mid_sub_agent_ends_the_tree_innermost_first() -> None:
+    from tests.subagent_checks import assert_tree, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_manager([first("research", "out_s", '{"topic": "slow"}')])
+    await cancel_once_running(
+        bus, "in_slow", lambda: drain(tracker, graph, {"messages": [("user", "go")]})
+    )
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_s")
+    assert types_of(bus, "in_slow")[-1] == "tool.cancelled"
+    assert outcome(events, sub.run_id) == "cancelled"
+    assert types_of(bus, "out_s")[-1] == "tool.cancelled"
+
+
+async def test_a_subgraph_added_as_a_node_is_the_agents_own_work() -> None:
+    """A subgraph node is a step of the same agent, not a call: its calls join the run,
+    with no sub-run (they were not seen at all before subgraphs were streamed)."""
+    from tests.subagent_checks import assert_tree
+
+    SCOUT_TURNS["node"] = [[first("web_search", "in_node", '{"q": "n"}')]]
+    graph = StateGraph(MessagesState)
+    graph.add_node("scout", make_scout("node"))
+    graph.add_edge(START, "scout")
+    compiled = graph.compile(checkpointer=InMemorySaver())
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    await drain(tracker, compiled, {"messages": [("user", "go")]})
+    tracker.close()
+    events = assert_tree(bus)
+    runs = [e for e in events if isinstance(e, ts.RunStarted)]
+    assert len(runs) == 1
+    assert types_of(bus, "in_node")[-1] == "tool.completed"
+    assert next(e for e in events if e.call_id == "in_node").run_id == runs[0].run_id
+
+
+async def test_the_callback_handler_nests_an_agent_run_by_a_tool() -> None:
+    """Without track_graph: the handler in the config follows ``parent_run_id`` from the
+    sub-agent's tool up to the call whose tool runs it."""
+    from tests.subagent_checks import assert_tree, calls_in, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    graph = make_manager([first("research", "out_h", '{"topic": "anyio"}')])
+    config: Any = {**CONFIG, "callbacks": [ToolstreamCallbackHandler(tracker)]}
+    with tracker.run("r1"):
+        async for _ in graph.astream(
+            {"messages": [("user", "go")]}, config, stream_mode="messages"
+        ):
+            pass
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "out_h")
+    assert (sub.agent, sub.parent_run_id) == ("scout", "r1")
+    assert calls_in(events, sub.run_id) == ["in_anyio"]

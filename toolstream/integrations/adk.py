@@ -33,6 +33,7 @@ Install with ``pip install "toolstream[adk]"``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 from toolstream._core.errors import ApprovalError
@@ -46,6 +47,7 @@ from toolstream.integrations._calls import (
     framework_run,
     refusal,
 )
+from toolstream.integrations._nesting import Nest, SubCalls
 
 require("google.adk", "adk", "Google ADK")
 
@@ -53,7 +55,7 @@ from google.adk.plugins.base_plugin import BasePlugin  # noqa: E402
 from google.genai import types  # noqa: E402
 
 if TYPE_CHECKING:
-    from toolstream import Decision, RunScope, Tracker
+    from toolstream import CallHandle, Decision, RunScope, Tracker
 
 __all__ = [
     "CONFIRMATION",
@@ -109,6 +111,21 @@ class _AdkCalls(Calls):
         return asked
 
 
+class _SubCalls(SubCalls, _AdkCalls):
+    """An ADK sub-agent's record (an ``AgentTool``'s runner): its calls and words in
+    the run nested under the call; the confirmations asked are the outer record's."""
+
+    def __init__(self, outer: Calls, parent: CallHandle, agent: str | None = None) -> None:
+        super().__init__(outer, parent, agent)
+        if isinstance(outer, _AdkCalls):
+            self.confirmations = outer.confirmations
+
+
+#: The call whose tool is running in this context: an ADK runner started inside it (an
+#: ``AgentTool``'s) is that call's sub-agent.
+_RUNNING: ContextVar[CallHandle | None] = ContextVar("toolstream_adk_running", default=None)
+
+
 def _calls(tracker: Tracker) -> _AdkCalls:
     return follower_of(tracker, _AdkCalls)
 
@@ -144,11 +161,33 @@ class ToolstreamPlugin(BasePlugin):
         # How often each invocation id made a run (ADK resumes a confirmation in the
         # invocation that asked: the next run is "<invocation id>#2").
         self._used: Bounded[str, int] = Bounded()
+        # Sub-agents: an invocation started inside a call (an AgentTool's runner) is a
+        # run nested under it; its record by invocation id, the context var's tokens.
+        self._nest = Nest(self.calls, _SubCalls)
+        self._inner: dict[str, _AdkCalls] = {}
+        self._tokens: dict[str, Token[CallHandle | None]] = {}
+
+    def _of(self, context: Any) -> _AdkCalls:
+        """The record of the invocation ``context`` (a tool's, a callback's) belongs to:
+        a sub-agent's, or this plugin's own."""
+        if self._inner:
+            invocation = getattr(context, "invocation_id", None)
+            inner = self._inner.get(invocation) if isinstance(invocation, str) else None
+            if inner is not None:
+                return inner
+        return self.calls
 
     async def before_run_callback(self, *, invocation_context: Any) -> types.Content | None:
         """An ADK invocation starts: one toolstream run (its ``invocation_id``), unless
         the caller's ``track_events`` or ``tracker.run()`` already holds one."""
         invocation = str(getattr(invocation_context, "invocation_id", "") or "")
+        running = _RUNNING.get()
+        if running is not None and not running.done and self.calls.open(running.call_id):
+            agent = getattr(getattr(invocation_context, "agent", None), "name", None)
+            sub = self._nest.sub(running.call_id, agent)
+            if isinstance(sub, _SubCalls):
+                self._inner[invocation] = sub
+                return None
         if self.calls.run_id is not None or self.tracker._run_for(None) is not None:
             return None
         uses = (self._used.get(invocation) or 0) + 1
@@ -162,8 +201,9 @@ class ToolstreamPlugin(BasePlugin):
     async def on_event_callback(self, *, invocation_context: Any, event: Any) -> Any:
         """An event of the invocation: the model's words (unless ``messages=False``), the
         confirmations ADK asks."""
-        self.calls.words_of(event)
-        if self.calls.saw(event):
+        calls = self._of(invocation_context)
+        calls.words_of(event)
+        if calls.saw(event):
             invocation = str(getattr(invocation_context, "invocation_id", "") or "")
             opened = self._runs.get(invocation)
             if opened is not None:
@@ -174,6 +214,10 @@ class ToolstreamPlugin(BasePlugin):
         """The invocation ended: its run finishes (``interrupted`` when it stopped to ask
         for confirmations)."""
         invocation = str(getattr(invocation_context, "invocation_id", "") or "")
+        inner = self._inner.pop(invocation, None)
+        if isinstance(inner, _SubCalls):
+            inner.finish("completed")
+            return
         opened = self._runs.pop(invocation, None)
         if opened is None:
             return
@@ -190,21 +234,41 @@ class ToolstreamPlugin(BasePlugin):
         call_id = _call_id(tool_context)
         if call_id is None:
             return None
+        calls = self._of(tool_context)
         confirmation = getattr(tool_context, "tool_confirmation", None)
         if confirmation is not None:
-            return await self._confirmed(call_id, tool, tool_args, confirmation)
-        if await _needs_confirmation(tool, tool_args, tool_context):
-            self.calls.ask(call_id, str(tool.name), dict(tool_args or {}))
+            answer = await self._confirmed(calls, call_id, tool, tool_args, confirmation)
+        elif await _needs_confirmation(tool, tool_args, tool_context):
+            calls.ask(call_id, str(tool.name), dict(tool_args or {}))
             return None
-        self.calls.start(call_id, str(tool.name), dict(tool_args or {}))
-        return None
+        else:
+            calls.start(call_id, str(tool.name), dict(tool_args or {}))
+            answer = None
+        handle = calls.open(call_id)
+        if answer is None and handle is not None and calls.state_of(handle) == "running":
+            # the tool runs in this context: a runner it starts is the call's sub-agent
+            self._tokens[call_id] = _RUNNING.set(handle)
+        return answer
+
+    def _ran(self, call_id: str | None) -> None:
+        """The tool of ``call_id`` returned or raised (in the context it ran in)."""
+        token = self._tokens.pop(call_id, None) if call_id is not None else None
+        if token is not None:
+            try:
+                _RUNNING.reset(token)
+            except ValueError:  # another context: it ends with its task
+                pass
 
     async def _confirmed(
-        self, call_id: str, tool: Any, tool_args: dict[str, Any], confirmation: Any
+        self,
+        calls: _AdkCalls,
+        call_id: str,
+        tool: Any,
+        tool_args: dict[str, Any],
+        confirmation: Any,
     ) -> dict[str, Any] | None:
         """The pass after a confirmation: apply toolstream's decision (ADK's own
         confirmation becomes the decision when none was made through toolstream)."""
-        calls = self.calls
         approval_id = calls.approvals.get(call_id)
         handle = calls.open(call_id)
         if approval_id is None:  # confirmed outside toolstream's view: just run
@@ -240,14 +304,17 @@ class ToolstreamPlugin(BasePlugin):
     ) -> dict[str, Any] | None:
         """The tool returned (or asked for confirmation instead)."""
         call_id = _call_id(tool_context)
-        handle = self.calls.open(call_id)
+        self._ran(call_id)
+        calls = self._of(tool_context)
+        handle = calls.open(call_id)
         if handle is None or call_id is None:
             return None
         actions = getattr(tool_context, "actions", None)
         asked = getattr(actions, "requested_tool_confirmations", None) or {}
         if call_id in asked:  # gated (asked already), or asked from inside the tool
-            self.calls.ask_for(handle, getattr(asked[call_id], "hint", None) or None)
+            calls.ask_for(handle, getattr(asked[call_id], "hint", None) or None)
             return None
+        self._nest.end(call_id)
         handle.complete(result)
         return None
 
@@ -255,11 +322,14 @@ class ToolstreamPlugin(BasePlugin):
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any, error: Exception
     ) -> dict[str, Any] | None:
         """The tool raised (or was cancelled)."""
-        handle = self.calls.open(_call_id(tool_context))
+        call_id = _call_id(tool_context)
+        self._ran(call_id)
+        handle = self._of(tool_context).open(call_id)
         if handle is not None:
             if is_cancellation(error):
                 handle.cancel(cancel_reason(error))
             else:
+                self._nest.end(call_id, "failed", error)
                 handle.fail(error)
         return None
 

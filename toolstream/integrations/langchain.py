@@ -26,6 +26,7 @@ from uuid import UUID
 
 from toolstream.integrations import require
 from toolstream.integrations._calls import Bounded, Calls, calls_of
+from toolstream.integrations._nesting import Nest
 
 require("langchain_core", "langgraph", "LangChain")
 
@@ -140,6 +141,27 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         self._runs: dict[UUID, str] = {}  # the tool's run id -> call id
         # A run's parent (chains and tools), to find the tool a custom event came from.
         self._parents: Bounded[UUID, UUID] = Bounded()
+        # The sub-agents: what runs inside a tool (an agent as a tool) nests under it.
+        self._nest = Nest(self.calls)
+        self._models: Bounded[UUID, Calls] = Bounded()  # a model run inside a tool
+        self._names: Bounded[str, str] = Bounded()  # call id -> the graph it runs
+
+    async def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A chat model starts: inside a tool, its words are that call's sub-agent's."""
+        if parent_run_id is not None:
+            self._remember(run_id, parent_run_id)
+            if self._runs:
+                tool = self._tool_of(parent_run_id)
+                if tool is not None:
+                    self._models[run_id] = self._nest.sub(tool, self._names.get(tool))
 
     async def on_llm_new_token(
         self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
@@ -147,7 +169,7 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         """A streamed chunk: its tool-call chunks open cards and stream arguments."""
         message = getattr(chunk, "message", None)
         if message is not None:
-            apply_chunk(self.calls, message)
+            apply_chunk(self._models.get(run_id) or self.calls, message)
 
     async def on_tool_start(
         self,
@@ -158,21 +180,31 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """A tool starts; calls without a model's call id get one of their own."""
-        self._remember(run_id, kwargs.get("parent_run_id"))
+        """A tool starts; calls without a model's call id get one of their own. A tool
+        run inside another tool (by an agent that tool runs) is a call of that call's
+        sub-agent."""
+        parent = kwargs.get("parent_run_id")
+        self._remember(run_id, parent)
         call_id = kwargs.get("tool_call_id") or f"lc_{run_id.hex[:16]}"
+        outer = self._tool_of(parent) if self._runs and isinstance(parent, UUID) else None
         self._runs[run_id] = call_id
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
-        self.calls.start(call_id, name, inputs if inputs is not None else input_str)
+        calls = self.calls if outer is None else self._nest.sub(outer, self._names.get(outer))
+        calls.start(call_id, name, inputs if inputs is not None else input_str)
 
     async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """A tool returned (a ``ToolMessage`` of status ``error`` is a failure)."""
-        end_call(self.calls, self._runs.pop(run_id, None), output)
+        call_id = self._runs.pop(run_id, None)
+        failed = getattr(output, "status", None) == "error"
+        self._nest.end(call_id, "failed" if failed else "completed")
+        end_call(self.calls, call_id, output)
 
     async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """A tool raised."""
-        handle = self.calls.open(self._runs.pop(run_id, None) or kwargs.get("tool_call_id"))
+        call_id = self._runs.pop(run_id, None) or kwargs.get("tool_call_id")
+        handle = self.calls.open(call_id)
         if handle is not None:
+            self._nest.end(call_id, "failed", error)
             handle.fail(error)
 
     async def on_chain_start(
@@ -185,8 +217,12 @@ class ToolstreamCallbackHandler(AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """A runnable starts (remembered: a custom event inside it belongs to the tool
-        it runs in)."""
+        it runs in; a graph run by a tool names the tool's sub-agent)."""
         self._remember(run_id, parent_run_id)
+        if self._runs and parent_run_id in self._runs:
+            name = kwargs.get("name")
+            if isinstance(name, str) and name != "LangGraph":
+                self._names[self._runs[parent_run_id]] = name
 
     async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """``adispatch_custom_event(name, {"progress"?, "message"?, ...})`` from inside a

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from toolstream.integrations import require
 from toolstream.integrations._calls import Bounded, calls_of, framework_run, refusal
@@ -34,12 +35,22 @@ from toolstream.integrations._chat import (
     approval_timeout_for,
     start_turn_for,
 )
+from toolstream.integrations._nesting import Nest
 from toolstream.integrations.langchain import apply_chunk, apply_custom, end_call
 
 require("langgraph", "langgraph", "LangGraph")
 
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langgraph.config import get_stream_writer  # noqa: E402
 from langgraph.types import Command  # noqa: E402
+
+try:  # the namespace LangGraph streams a task's chunks under (its own rule)
+    from langgraph.pregel._messages import graph_namespace
+except ImportError:  # pragma: no cover - older LangGraph: the task's graph
+
+    def graph_namespace(metadata: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(str(metadata["langgraph_checkpoint_ns"]).split("|"))[:-1]
+
 
 if TYPE_CHECKING:
     from toolstream import Decision, Tracker
@@ -79,26 +90,124 @@ async def track_graph(
     asked = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
     modes = list(dict.fromkeys([*asked, *NEEDED]))
     single = isinstance(stream_mode, str)
+    # Subgraphs are always streamed (their calls are calls too); their chunks are
+    # re-yielded only if the caller asked for them.
+    namespaced = bool(options.pop("subgraphs", False))
     calls = calls_of(tracker)
     calls.approval_timeout = approval_timeout
     calls.words.enabled = messages
+    nest = Nest(calls)
+    owners = _Owners()
+    config = _with_handler(config, owners)
     with framework_run(calls, run_id) as outcome:
-        async for mode, chunk in graph.astream(input, config, stream_mode=modes, **options):
+        async for ns, mode, chunk in graph.astream(
+            input, config, stream_mode=modes, subgraphs=True, **options
+        ):
+            on = calls if not ns else nest.sub(*owners.of(ns))
             if mode == "messages":
                 message = chunk[0] if isinstance(chunk, tuple) else chunk
-                apply_chunk(calls, message)
+                apply_chunk(on, message)
             elif mode == "tools" and isinstance(chunk, dict):
-                _tool_event(calls, chunk)
+                _tool_event(on, chunk, nest)
             elif mode == "custom":
-                apply_custom(calls, chunk)
+                apply_custom(on, chunk)
             elif mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
                 outcome.stopped = True
-                outcome.waiting = _interrupts(calls, chunk["__interrupt__"]) or outcome.waiting
-            if mode in asked:
-                yield chunk if single else (mode, chunk)
+                outcome.waiting = _interrupts(on, chunk["__interrupt__"]) or outcome.waiting
+            if mode in asked and (namespaced or not ns):
+                if namespaced:
+                    yield (ns, chunk) if single else (ns, mode, chunk)
+                else:
+                    yield chunk if single else (mode, chunk)
 
 
-def _tool_event(calls: Any, data: dict[str, Any]) -> None:
+class _Owners(BaseCallbackHandler):
+    """Which tool call each subgraph namespace runs in, from LangChain's run tree.
+
+    A compiled graph invoked inside a tool (an agent used as a tool) streams its chunks
+    under a namespace of its own, which does not say which call of the tool node started
+    it (parallel calls share the node's task). LangChain's callbacks do: every run knows
+    its parent, so the nearest tool run above a namespace's first node is its call. A
+    namespace with no tool above it is a subgraph added as a node: its calls are the
+    enclosing agent's own (``None``)."""
+
+    run_inline = True  # before the chunks it explains reach the stream
+
+    def __init__(self) -> None:
+        self._parents: Bounded[UUID, UUID] = Bounded()
+        self._tools: Bounded[UUID, str] = Bounded()  # tool run -> its call id
+        self._names: dict[str, str] = {}  # call id -> the graph it runs
+        self._owners: dict[tuple[str, ...], str | None] = {}
+
+    def of(self, ns: tuple[str, ...]) -> tuple[str | None, str | None]:
+        """The call namespace ``ns`` runs in (None: no call), and the graph's name."""
+        call_id = self._owners.get(ns)
+        return call_id, (self._names.get(call_id) if call_id is not None else None)
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:
+            self._parents[run_id] = parent_run_id
+        # the call id LangGraph's "tools" stream gives the call (StreamToolCallHandler)
+        self._tools[run_id] = kwargs.get("tool_call_id") or str(run_id)
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is None:
+            return
+        self._parents[run_id] = parent_run_id
+        tool = self._tools.get(parent_run_id)
+        name = kwargs.get("name")
+        if tool is not None and isinstance(name, str) and name != "LangGraph":
+            self._names.setdefault(tool, name)  # the graph the tool runs, if named
+        if not metadata or not metadata.get("langgraph_checkpoint_ns"):
+            return
+        ns = graph_namespace(metadata)
+        if ns and ns not in self._owners:
+            self._owners[ns] = self._tool_above(parent_run_id)
+
+    def _tool_above(self, run_id: UUID | None) -> str | None:
+        seen = 0
+        while run_id is not None and seen < 256:
+            call_id = self._tools.get(run_id)
+            if call_id is not None:
+                return call_id
+            run_id = self._parents.get(run_id)
+            seen += 1
+        return None
+
+
+def _with_handler(config: Any, handler: BaseCallbackHandler) -> dict[str, Any]:
+    """``config`` with ``handler`` among its callbacks (inherited by every run)."""
+    out = dict(config or {})
+    callbacks = out.get("callbacks")
+    if callbacks is None:
+        out["callbacks"] = [handler]
+    elif isinstance(callbacks, list):
+        out["callbacks"] = [*callbacks, handler]
+    else:  # a callback manager
+        manager = callbacks.copy()
+        manager.add_handler(handler, inherit=True)
+        out["callbacks"] = manager
+    return out
+
+
+def _tool_event(calls: Any, data: dict[str, Any], nest: Nest | None = None) -> None:
     call_id = data.get("tool_call_id")
     if not isinstance(call_id, str):
         return
@@ -120,11 +229,17 @@ def _tool_event(calls: Any, data: dict[str, Any]) -> None:
             else:
                 handle.output_partial(delta)
     elif kind == "tool-finished":
+        if nest is not None:
+            failed = getattr(data.get("output"), "status", None) == "error"
+            nest.end(call_id, "failed" if failed else "completed")
         end_call(calls, call_id, data.get("output"))
     elif kind == "tool-error":
         handle = calls.open(call_id)
         if handle is not None:
-            handle.fail({"type": "ToolError", "message": str(data.get("message", ""))})
+            message = str(data.get("message", ""))
+            if nest is not None:
+                nest.end(call_id, "failed", message)
+            handle.fail({"type": "ToolError", "message": message})
 
 
 def _interrupts(calls: Any, interrupts: Sequence[Any]) -> bool:
