@@ -271,17 +271,8 @@ class ChatApp:
     async def _post(
         self, request: RequestInfo, receive: serving.Receive, send: serving.Send
     ) -> None:
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "application/json":
-            await serving.respond(
-                send, 415, "a chat request is sent as application/json", code="invalid"
-            )
-            return
-        raw = await serving.read_body(receive, self.max_body_bytes)
+        raw = await self._json_body(request, "a chat request", receive, send)
         if raw is None:
-            await serving.respond(
-                send, 413, f"the body is over {self.max_body_bytes} bytes", code="invalid"
-            )
             return
         try:
             chat = parse_body(self.dialect, json.loads(raw))
@@ -599,6 +590,22 @@ class ChatApp:
             return
         await serving.send_json(send, 200, {"session": session, "stopped": stopped})
 
+    async def _json_body(
+        self, request: RequestInfo, what: str, receive: serving.Receive, send: serving.Send
+    ) -> bytes | None:
+        """The request's JSON body (at most ``max_body_bytes``), or None once a 415 or
+        413 was sent."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            await serving.respond(send, 415, f"{what} is sent as application/json", code="invalid")
+            return None
+        raw = await serving.read_body(receive, self.max_body_bytes)
+        if raw is None:
+            await serving.respond(
+                send, 413, f"the body is over {self.max_body_bytes} bytes", code="invalid"
+            )
+        return raw
+
     # -- POST …/<chat id>/decide ------------------------------------------------------------
 
     async def _decide(
@@ -606,17 +613,8 @@ class ChatApp:
     ) -> None:
         """A decision on one of the chat's approvals (one no client protocol can carry:
         a call of a sub-agent, for the AI SDK), answered as the decision endpoints do."""
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "application/json":
-            await serving.respond(
-                send, 415, "a decision is sent as application/json", code="invalid"
-            )
-            return
-        raw = await serving.read_body(receive, self.max_body_bytes)
+        raw = await self._json_body(request, "a decision", receive, send)
         if raw is None:
-            await serving.respond(
-                send, 413, f"the body is over {self.max_body_bytes} bytes", code="invalid"
-            )
             return
         admitted = await self._chat_of(request, session, send)
         if admitted is None:

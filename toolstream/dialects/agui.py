@@ -210,16 +210,7 @@ class AGUI(RunFramedDialect):
             # results).
             out += self._close_input(call)
         for sub in reversed(list(frame.subruns.values())):  # nor with a sub-agent running
-            if sub.wire:
-                sub.wire = False
-                out.append(
-                    self._msg(
-                        "SUBAGENT_ERROR",
-                        subagentRunId=sub.run_id,
-                        message="the run ended before the sub-agent",
-                        code="cancelled",
-                    )
-                )
+            out += self._cut_subagent(sub, "the run ended before the sub-agent")
         if event is not None and event.outcome == "failed":
             out.append(
                 self._msg(
@@ -360,6 +351,16 @@ class AGUI(RunFramedDialect):
                 )
             )
         return out
+
+    def _cut_subagent(self, sub: SubRun, message: str) -> list[WireMessage]:
+        """``SUBAGENT_ERROR`` (``cancelled``) for a sub-agent still open on the wire when
+        its run or the stream ends first; nothing for one already ended there."""
+        if not sub.wire:
+            return []
+        sub.wire = False
+        return [
+            self._msg("SUBAGENT_ERROR", subagentRunId=sub.run_id, message=message, code="cancelled")
+        ]
 
     def _suspended_subagent(self, sub: SubRun, interrupts: list[str]) -> WireMessage:
         outcome: dict[str, Any] = {"type": "suspended"}
@@ -688,16 +689,7 @@ class AGUI(RunFramedDialect):
                 if call.subrun == sub.run_id:
                     out += self._end_call(call, ended)
             out += self._end_messages(sub.run_id)
-            if sub.wire:
-                sub.wire = False
-                out.append(
-                    self._msg(
-                        "SUBAGENT_ERROR",
-                        subagentRunId=sub.run_id,
-                        message="the stream ended before the sub-agent",
-                        code="cancelled",
-                    )
-                )
+            out += self._cut_subagent(sub, "the stream ended before the sub-agent")
         for call in frame.open_calls():
             out += self._end_call(call, ended)
         return out + self._close_run()
