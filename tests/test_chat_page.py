@@ -1,9 +1,11 @@
 """The demo's chat page in headless Chromium: the AI SDK's own client (bundled into
 toolstream/demo/static/chat.js) sends a message, shows the streamed text and the tool
-cards, says it waits for your approval, approves a call by a click, and survives a
-reload mid-turn — over EventBus in one process, over RedisBus with the agent in a worker
-process, and with a framework's agent (``--agent``) through its ``chat_agent``. The
-same gateway through HTTP alone, for every framework, turn after turn.
+cards (a sub-agent's inside its tool's card, folding once the tool ended), says it waits
+for your approval, approves a sub-agent's call and then a call of the turn by a click,
+and survives a reload mid-turn and mid-sub-run — over EventBus in one process, over
+RedisBus with the agent in a worker process, and with a framework's agent (``--agent``)
+through its ``chat_agent``. The same gateway through HTTP alone, for every framework,
+turn after turn.
 
 The README's screenshot of the page (docs/images/chat.png) is the one
 ``test_the_chat_page_in_one_process`` writes to artifacts/chat-page.png."""
@@ -30,7 +32,7 @@ from .chat_procs import spawn, wait_until_up
 from .conftest import require
 from .redis_server import RedisServer, free_port
 from .servers import serve
-from .test_demo import ARTIFACTS, TURN_TOOLS
+from .test_demo import ARTIFACTS, RESEARCHER_TOOLS, TURN_TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "web" / "chat"
@@ -77,9 +79,18 @@ WAITING = "waiting for your approval"
 STATUS = "document.getElementById('status').textContent"
 
 
+RESEARCH = ".chat-card[data-tool='research']"
+#: The research call's sub-agent's call waiting for the person, inside the research card.
+NESTED = f"{RESEARCH} .subrun .chat-card[data-tool='save_notes'][data-state='approval-requested']"
+TOGGLE = f"{RESEARCH} .sub-toggle"
+
+
 def converse(page: Any, url: str, *, screenshot: Path | None = None) -> list[dict[str, Any]]:
-    """Send a message, reload mid-turn, approve the email by a click; the assistant
-    message's parts at the end (``screenshot``: the page, waiting for the click)."""
+    """Send a message, reload mid-turn, reload again while the research call's sub-agent
+    waits for the person, approve its call by a click (through POST …/decide), see the
+    sub-agent fold once research ended and unfold it, approve the email by a click; the
+    assistant message's parts at the end (``screenshot``: the page, waiting for the
+    sub-agent's approval)."""
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url + "/chat")
@@ -91,14 +102,52 @@ def converse(page: Any, url: str, *, screenshot: Path | None = None) -> list[dic
     first_text = page.evaluate("document.querySelector('.assistant .chat-text').textContent")
     assert first_text.startswith("Let me")
     page.reload()
-    # The reloaded page resumes the turn: the same message, rebuilt, then the rest.
-    wait_for(page, "document.querySelector('.chat-card[data-state=\"approval-requested\"]')", 90)
-    # The response ended at the approval request: the page says the turn waits for you.
+    # The reloaded page resumes the turn: the same message, rebuilt, then the rest, up to
+    # the sub-agent's call that waits for the person, inside the research card.
+    wait_for(page, f'document.querySelector("{NESTED}")', 90)
     wait_for(page, f"{STATUS} === '{WAITING}'")
+    # Reloaded mid-sub-run: the tree again, open while research runs.
+    page.reload()
+    wait_for(page, f'document.querySelector("{NESTED}")', 90)
+    wait_for(page, f"{STATUS} === '{WAITING}'")
+    assert page.get_attribute(TOGGLE, "aria-expanded") == "true"
+    assert page.inner_text(f"{TOGGLE} .sub-agent") == "researcher"
+    assert page.evaluate(f'document.querySelectorAll("{RESEARCH} .subrun .chat-card").length') == 5
     if screenshot is not None:
-        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.evaluate(f'document.querySelector("{NESTED}").scrollIntoView({{block: "center"}})')
         page.screenshot(path=str(screenshot))
-    page.click(".chat-card[data-state='approval-requested'] button.approve")
+    # A phone's width: the nested cards fit, nothing to scroll sideways.
+    size = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 844})
+    wait_for(page, "window.innerWidth === 390")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    right = f'document.querySelector("{NESTED} button.deny").getBoundingClientRect().right'
+    assert page.evaluate(right) <= 390
+    page.set_viewport_size(size)
+    # Decided from the page, through the chat's decision endpoint; the sub-agent goes on.
+    with page.expect_response(lambda r: r.url.endswith("/decide")) as decided:
+        page.click(f"{NESTED} button.approve")
+    assert decided.value.status == 200
+    # Research ended: its sub-agent folds to one line; a click unfolds it.
+    wait_for(
+        page,
+        f'document.querySelector("{RESEARCH}").dataset.state === "output-available" && '
+        f'document.querySelector("{TOGGLE}").getAttribute("aria-expanded") === "false"',
+        90,
+    )
+    assert page.is_hidden(f"{RESEARCH} .sub-body")
+    assert page.inner_text(f"{TOGGLE} .sub-counts") == "5 calls · 1 failed"
+    page.click(TOGGLE)
+    wait_for(page, f'document.querySelector("{TOGGLE}").getAttribute("aria-expanded") === "true"')
+    saved = f"{RESEARCH} .chat-card[data-tool='save_notes'][data-state='output-available']"
+    assert page.is_visible(saved)
+    page.click(TOGGLE)
+    wait_for(page, f'document.querySelector("{TOGGLE}").getAttribute("aria-expanded") === "false"')
+    # Then the turn's own approval: the response ends at it; the page says it waits.
+    email = ".chat-card[data-tool='send_email'][data-state='approval-requested']"
+    wait_for(page, f'document.querySelector("{email}")', 90)
+    wait_for(page, f"{STATUS} === '{WAITING}'")
+    page.click(f"{email} button.approve")
     wait_for(
         page,
         "window.chatView.status === 'ready' && "
@@ -125,6 +174,16 @@ def check_turn(parts: list[dict[str, Any]]) -> None:
     assert texts[0] == "Let me look that up."
     assert texts[-1] == "Done: the research notes are above."
     assert any(p["type"] == "reasoning" for p in parts)
+    # The research call's output: the sub-agent's message, the tool's result beside it.
+    (research,) = [p for p in parts if p["type"] == "tool-research"]
+    message = research["output"]
+    assert message["metadata"]["subagents"][0]["agent"] == "researcher"
+    assert message["metadata"]["result"]["pages_read"] == 3
+    inner = {p["type"].removeprefix("tool-"): p for p in message["parts"] if "toolCallId" in p}
+    tools = [p["type"].removeprefix("tool-") for p in message["parts"] if "toolCallId" in p]
+    assert tools == RESEARCHER_TOOLS
+    assert inner["read_pdf"]["state"] == "output-error"
+    assert inner["save_notes"]["state"] == "output-available"
     secret = "sk-demo-9f8e7d6c5b4a39281706f5e4"
     assert secret not in str(parts)
 
@@ -139,8 +198,15 @@ def test_the_chat_page_in_one_process(browser: Any) -> None:
         parts = converse(page, served.url, screenshot=ARTIFACTS / "chat-page.png")
     check_turn(parts)
     (session,) = [s for s in bus.sessions() if s.startswith("chat-")]
-    (run,) = bus.snapshot(session).runs
-    assert run.state == "completed"
+    runs = bus.snapshot(session).runs
+    (run,) = [r for r in runs if r.parent_call_id is None]
+    (sub,) = [r for r in runs if r.parent_call_id is not None]
+    assert (run.state, sub.state, sub.agent, sub.parent_run_id) == (
+        "completed",
+        "completed",
+        "researcher",
+        run.run_id,
+    )
 
 
 def test_the_chat_page_on_redis_with_the_agent_in_a_worker(

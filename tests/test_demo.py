@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from websockets.sync.client import connect
 
 import toolstream as ts
 from toolstream.demo import DEMO_SECRET, build_app
+from toolstream.demo.agent import run_turn
 from toolstream.demo.frameworks import EMAIL_WORDS, FIRST_WORDS, agent_runner, answer
 
 from .browser import new_page, wait_for
@@ -28,8 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
 
 
+#: What runs the agent's turns: ``run_agent``'s signature.
+Runner = Callable[..., Awaitable[None]]
+
+
 class Agent:
-    """The simulated agent on its own thread and loop, as a framework would run it."""
+    """The simulated agent on its own thread and loop, as a framework would run it
+    (``runner``: turns of the test's own instead)."""
 
     def __init__(
         self,
@@ -39,11 +45,12 @@ class Agent:
         turns: int | None,
         approval_timeout: float = 1.5,
         framework: str = "simulated",
+        runner: Runner | None = None,
     ) -> None:
         self.bus = bus
         self.stop = threading.Event()
         self.approval_timeout = approval_timeout
-        self.runner = agent_runner(framework)
+        self.runner = runner or agent_runner(framework)
         self.thread = threading.Thread(target=self._run, args=(speed, turns), daemon=True)
         self.thread.start()
 
@@ -124,6 +131,12 @@ def test_the_stream_shows_everything_the_demo_promises(demo: tuple[ts.EventBus, 
         if e["type"] == "tool.queued":
             batches.setdefault(e["batch_id"], []).append(e["position"])
     assert [1, 2, 3] in batches.values(), "a parallel batch of three behind a concurrency limit"
+    # The research call's sub-agent: its run nested under the call, its calls carrying it.
+    nested = [e for e in events if e["type"] == "run.started" and e.get("parent_call_id")]
+    assert nested and {e["agent"] for e in nested} == {"researcher"}
+    research = {e["call_id"] for e in events if e.get("tool") == "research"}
+    inner = {e["tool"] for e in events if e.get("parent_call_id") in research and e.get("tool")}
+    assert inner >= {"fetch_page", "read_pdf"}
 
 
 @pytest.mark.parametrize(
@@ -212,6 +225,24 @@ def test_tail_json_prints_a_calls_lifecycle_in_order(demo: tuple[ts.EventBus, Se
 
 CALLS = "[...window.toolstreamState.calls.values()]"
 
+#: The id of the first card of a tool (in a state, under a selector), or null.
+FIND = """([scope, tool, state]) => {
+  const root = scope ? document.querySelector(scope) : document;
+  const card = root && [...root.querySelectorAll('.card')].find((c) =>
+    c.querySelector(':scope > .top > .tool').textContent === tool
+    && (!state || c.dataset.state === state));
+  return card ? card.id : null; }"""
+
+
+def find_card(tool: str, state: str | None = None, scope: str | None = None) -> str:
+    """A JavaScript expression: the id of the first card of ``tool``, or null."""
+    return f"({FIND})({json.dumps([scope, tool, state])})"
+
+
+def card_of(page: Any, tool: str, state: str | None = None, scope: str | None = None) -> str:
+    """``#<id>`` of the first card of ``tool``, once there is one."""
+    return f"#{wait_for(page, find_card(tool, state, scope))}"
+
 
 def test_the_page_in_a_real_browser_across_restarts(browser: Any) -> None:
     bus = ts.EventBus()
@@ -230,8 +261,8 @@ def test_the_page_in_a_real_browser_across_restarts(browser: Any) -> None:
                 # the DOM shows states, moving progress, summaries, errors
                 bars = "[...document.querySelectorAll('.card .bar > i')]"
                 wait_for(page, f"{bars}.some(i => parseFloat(i.style.width) > 0)")
-                failed = page.inner_text('.card[data-state="failed"] .error')
-                assert "exit code 2" in failed
+                shell = card_of(page, "run_shell", "failed")
+                assert "exit code 2" in page.inner_text(f"{shell} > .error")
                 assert "finished in" in page.inner_text('.card[data-state="completed"] .summary')
                 assert wait_for(page, "document.querySelectorAll('.batch').length") >= 1
                 page.select_option("#dialect", "hermes")
@@ -275,11 +306,10 @@ def test_the_page_in_a_real_browser_across_restarts(browser: Any) -> None:
         bus.close()
 
 
+#: A demo turn's own calls, in the order the agent makes them (the chat page's cards).
 TURN_TOOLS = [
     "web_search",
-    "fetch_page",
-    "fetch_page",
-    "fetch_page",
+    "research",
     "summarize_documents",
     "run_shell",
     "slow_database_query",
@@ -287,6 +317,10 @@ TURN_TOOLS = [
     "export_table",
     "send_email",
 ]
+#: The calls of the research call's sub-agent ("researcher"), nested in its card.
+RESEARCHER_TOOLS = ["fetch_page", "fetch_page", "fetch_page", "read_pdf", "save_notes"]
+#: Every card of a turn on the tool-card page, in order: the sub-agent's inside research.
+PAGE_TOOLS = [*TURN_TOOLS[:2], *RESEARCHER_TOOLS, *TURN_TOOLS[2:]]
 
 
 def test_the_page_reads_like_a_conversation(browser: Any) -> None:
@@ -309,7 +343,7 @@ def test_the_page_reads_like_a_conversation(browser: Any) -> None:
             # An earlier turn is one line that says what happened.
             second = ".turn:nth-child(2)"
             assert page.inner_text(f"{second} .turn-counts") == (
-                "10 calls · 1 failed · 1 cancelled · 1 denied"
+                "13 calls · 2 failed · 1 cancelled · 2 denied"
             )
             # Opened, it shows its calls in the order they were made, the batch around its own.
             page.click(f"{second} > summary")
@@ -317,7 +351,7 @@ def test_the_page_reads_like_a_conversation(browser: Any) -> None:
             tools = page.evaluate(
                 f"[...document.querySelectorAll('{second} .card .tool')].map(e => e.textContent)"
             )
-            assert tools == TURN_TOOLS
+            assert tools == PAGE_TOOLS
             # The agent's text sits where it was said: before the first card, between
             # the steps, after the last card.
             order = page.evaluate(
@@ -331,6 +365,20 @@ def test_the_page_reads_like_a_conversation(browser: Any) -> None:
             assert page.evaluate(
                 f"document.querySelector('{second} .said .thinking:not([hidden]) span').textContent"
             ).startswith("The first results are the official docs")
+            # The research call's sub-agent, in its card: folded to one line (the call
+            # ended), unfolded by a click, folded again by another.
+            research = card_of(page, "research", scope=second)
+            toggle = f"{research} > .subruns > .subrun > .sub-toggle"
+            assert page.get_attribute(toggle, "aria-expanded") == "false"
+            assert page.is_hidden(f"{research} > .subruns > .subrun > .sub-body")
+            line = [page.inner_text(f"{toggle} > .sub-{part}") for part in ("agent", "state")]
+            assert line == ["researcher", "completed"]
+            assert page.inner_text(f"{toggle} > .sub-counts") == "5 calls · 1 failed · 1 denied"
+            page.click(toggle)
+            assert page.get_attribute(toggle, "aria-expanded") == "true"
+            pdf = card_of(page, "read_pdf", "failed", scope=research)
+            assert page.is_visible(pdf)
+            assert "password-protected" in page.inner_text(f"{pdf} > .error")
             batch = f"{second} .batch"
             in_batch = page.evaluate(
                 f"[...document.querySelectorAll('{batch} .card .tool')].map(e => e.textContent)"
@@ -339,6 +387,9 @@ def test_the_page_reads_like_a_conversation(browser: Any) -> None:
             assert page.inner_text(f"{batch} .batch-head") == (
                 "3 calls in parallel — done (3 completed)"
             )
+            page.click(toggle)
+            assert page.get_attribute(toggle, "aria-expanded") == "false"
+            assert page.is_hidden(pdf)
 
             def card(state: str, tool: str) -> str:
                 selector = f'{second} .card[data-state="{state}"]:has(.tool:text-is("{tool}"))'
@@ -431,6 +482,153 @@ def test_a_page_opened_mid_turn_places_the_text_among_the_cards(browser: Any) ->
     bus.close()
 
 
+#: The tool names of the cards a card sits inside, innermost first.
+PARENTS = """(id) => { const out = []; let e = document.getElementById(id).parentElement;
+  for (; e; e = e.parentElement) {
+    if (e.classList.contains('card')) out.push(e.querySelector('.tool').textContent);
+  }
+  return out; }"""
+LEFT = "(id) => document.getElementById(id).getBoundingClientRect().left"
+
+
+def test_a_subagents_calls_nest_in_the_card_of_their_call(browser: Any) -> None:
+    """A sub-agent's calls and text are drawn inside the card of the call that runs it (a
+    deeper sub-agent's inside its own call's card, indented further), open while the call
+    runs; a page reloaded mid-sub-run draws the tree again from the stream's reset; once
+    the call ended its sub-agent folds to one line, a button (``aria-expanded``) that
+    unfolds it; all of it fits a phone's width."""
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "demo")
+    toggles = (
+        "[...document.querySelectorAll('.sub-toggle')].map(b => b.getAttribute('aria-expanded'))"
+    )
+    with new_page(browser) as page, serve(build_app(bus)) as served:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.set_viewport_size({"width": 1000, "height": 900})
+        with (
+            tracker.run("t1", title="A nested turn"),
+            tracker.call("research", {"topic": "anyio"}, call_id="research") as research,
+        ):
+            with research.subagent("researcher", run_id="sub1"):
+                with tracker.message() as said:
+                    said.delta("Reading the pages.")
+                with tracker.call("fetch_page", {"url": "a"}, call_id="fetch") as fetch:
+                    fetch.complete({"status": 200})
+                with tracker.call("summarize", call_id="summarize") as summarize:
+                    with summarize.subagent("summarizer", run_id="sub2"):
+                        deep = tracker.create("read_section", call_id="deep")
+                        deep.start({"section": 1})
+                        tracker.flush()
+                        for opened in ("goto", "reload"):  # live, then from the reset
+                            if opened == "goto":
+                                page.goto(f"{served.url}/")
+                            else:
+                                page.reload()
+                            wait_for(page, "document.getElementById('call-deep') !== null")
+                            assert page.evaluate(PARENTS, "call-deep") == ["summarize", "research"]
+                            assert page.evaluate(PARENTS, "call-fetch") == ["research"]
+                            said_in = (
+                                "document.querySelector('#call-research .said-text').textContent"
+                            )
+                            assert page.evaluate(said_in) == "Reading the pages."
+                            assert page.evaluate(toggles) == ["true", "true"]
+                            lefts = [
+                                page.evaluate(LEFT, f"call-{c}")
+                                for c in ("research", "summarize", "deep")
+                            ]
+                            assert lefts == sorted(lefts) and lefts[0] < lefts[1] < lefts[2]
+                            assert page.inner_text("#call-research .sub-agent") == "researcher"
+                            assert page.evaluate("document.querySelectorAll('.turn').length") == 1
+                        # The reader folds the running sub-agent; it stays folded.
+                        page.click("#call-summarize .sub-toggle")
+                        assert page.is_hidden("#call-deep")
+                        page.click("#call-summarize .sub-toggle")
+                        assert page.is_visible("#call-deep")
+                        deep.complete({"words": 120})
+                    summarize.complete("short")
+            research.complete({"pages": 1})
+        tracker.flush()
+        # The call ended: its sub-agent is one line that says what happened.
+        wait_for(page, f"{toggles}[0] === 'false'")
+        assert page.is_hidden("#call-fetch")
+        assert page.inner_text("#call-research > .subruns .sub-counts") == "3 calls"
+        assert page.inner_text(".turn-counts") == "4 calls"
+        page.click("#call-research .sub-toggle")
+        assert page.evaluate(toggles) == ["true", "true"], "the reader's choice for summarize"
+        assert page.is_visible("#call-deep")
+        page.click("#call-research .sub-toggle")
+        assert page.is_hidden("#call-summarize")
+        # Keyboard: the line is a button.
+        page.focus("#call-research .sub-toggle")
+        page.keyboard.press("Enter")
+        assert page.get_attribute("#call-research .sub-toggle", "aria-expanded") == "true"
+        # A phone's width: nothing to scroll sideways, the deepest card inside the page.
+        page.set_viewport_size({"width": 390, "height": 844})
+        wait_for(page, "window.innerWidth === 390")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        box = page.evaluate("document.getElementById('call-deep').getBoundingClientRect().right")
+        assert box <= 390
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "demo-nested-phone.png"), full_page=True)
+        assert errors == []
+    bus.close()
+
+
+async def _turns_then_a_nested_approval(
+    tracker: ts.Tracker, *, turns: int | None, speed: float, approval_timeout: float
+) -> None:
+    """Three quick turns (their approvals expire), then a turn whose sub-agent's call
+    waits for the person as long as ``approval_timeout``."""
+    for turn in (1, 2, 3):
+        await run_turn(tracker, turn, speed=8.0, approval_timeout=2.0)
+    await run_turn(tracker, 4, speed=speed, approval_timeout=approval_timeout)
+
+
+def test_the_readme_screenshot_a_nested_turn(browser: Any) -> None:
+    """The README's screenshot (docs/images/demo.png is artifacts/demo-page.png): the
+    fourth turn's research call open with its sub-agent's calls, one of them waiting for
+    Approve / Deny; earlier turns one line each; the raw hermes wire, whose sub-agent's
+    calls name their parent call. A click approves, and the research call ends folded."""
+    bus = ts.EventBus()
+    agent = Agent(
+        bus, speed=3.0, turns=None, approval_timeout=600.0, runner=_turns_then_a_nested_approval
+    )
+    try:
+        with (
+            new_page(browser, viewport={"width": 1500, "height": 1500}) as page,
+            serve(build_app(bus), ws="websockets-sansio") as served,
+        ):
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{served.url}/")
+            page.select_option("#dialect", "hermes")
+            newest = "document.querySelector('.turn .turn-title').textContent"
+            wait_for(page, f"{newest}.startsWith('Turn 4')", 60)
+            waiting = card_of(page, "save_notes", "awaiting_approval", scope=".turn:first-child")
+            wait_for(
+                page,
+                "document.getElementById('raw-log').textContent.includes('parentToolCallId')",
+            )
+            titles = page.evaluate(
+                "[...document.querySelectorAll('.turn')].map(t => [t.open, "
+                "t.querySelector('.turn-title').textContent])"
+            )
+            assert titles[0] == [True, "Turn 4: research structured concurrency"]
+            assert [is_open for is_open, _ in titles[1:]] == [False, False, False]
+            assert page.evaluate(PARENTS, waiting[1:]) == ["research"]
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "demo-page-nested.png"))
+            page.click(f"{waiting} > .approval .approve")
+            research = card_of(page, "research")
+            wait_for(page, f"document.querySelector('{research}').dataset.state === 'completed'")
+            assert page.get_attribute(f"{research} .sub-toggle", "aria-expanded") == "false"
+            assert errors == []
+    finally:
+        agent.close()
+        bus.close()
+
+
 def test_the_page_keeps_hundreds_of_calls_bounded(browser: Any) -> None:
     bus = ts.EventBus(replay=5_000)
     with new_page(browser) as page, serve(build_app(bus), ws="websockets-sansio") as served:
@@ -516,7 +714,9 @@ def test_make_demo_takes_host_port_and_args() -> None:
 @pytest.mark.parametrize("transport", ["sse", "ws"])
 def test_a_person_approves_and_denies_from_the_page(browser: Any, transport: str) -> None:
     """The card of a call waiting for approval has Approve / Deny; a click decides, over
-    the page's own transport, and the card ends as it should."""
+    the page's own transport, and the card ends as it should: the sub-agent's call
+    (inside the research card, open while research runs) approved, the email denied;
+    the turn completes."""
     bus = ts.EventBus()
     agent = Agent(bus, speed=4.0, turns=None, approval_timeout=240.0)
     try:
@@ -531,22 +731,35 @@ def test_a_person_approves_and_denies_from_the_page(browser: Any, transport: str
                     page, "document.getElementById('status').textContent === 'live (WebSocket)'"
                 )
             outcomes = {}
-            for verdict in ("approve", "deny"):
-                waiting = '.card[data-state="awaiting_approval"]'
-                wait_for(page, f"document.querySelector('{waiting} .approval:not([hidden])')")
-                card_id = page.evaluate(f"document.querySelector('{waiting}').id")
-                assert "Needs your OK: Sends an email" in page.inner_text(f"#{card_id} .approval")
-                assert "expires in" in page.inner_text(f"#{card_id} .expires")
-                page.click(f"#{card_id} .{verdict}")
+            for verdict, tool, asks in (
+                ("approve", "save_notes", "Needs your OK: Writes the notes"),
+                ("deny", "send_email", "Needs your OK: Sends an email"),
+            ):
+                card = card_of(page, tool, "awaiting_approval")
+                wait_for(page, f"document.querySelector('{card} > .approval:not([hidden])')")
+                if tool == "save_notes":  # inside the research card, its sub-agent open
+                    assert page.evaluate(PARENTS, card[1:]) == ["research"]
+                    research = card_of(page, "research")
+                    toggle = f"{research} .sub-toggle"
+                    assert page.get_attribute(toggle, "aria-expanded") == "true"
+                assert asks in page.inner_text(f"{card} > .approval")
+                assert "expires in" in page.inner_text(f"{card} .expires")
+                page.click(f"{card} > .approval .{verdict}")
                 ended = "completed" if verdict == "approve" else "denied"
-                wait_for(page, f"document.querySelector('#{card_id}').dataset.state === '{ended}'")
-                assert page.evaluate(f"document.querySelector('#{card_id} .approval').hidden")
+                wait_for(page, f"document.querySelector('{card}').dataset.state === '{ended}'")
+                assert page.evaluate(f"document.querySelector('{card} > .approval').hidden")
                 outcomes[verdict] = (
-                    page.inner_text(f"#{card_id} .decision"),
-                    page.inner_text(f"#{card_id} .summary"),
+                    page.inner_text(f"{card} > .decision"),
+                    page.inner_text(f"{card} > .summary"),
                 )
+                if tool == "save_notes":  # the sub-agent goes on; research ends, folded
+                    wait_for(
+                        page, f"document.querySelector('{research}').dataset.state === 'completed'"
+                    )
+                    assert page.get_attribute(toggle, "aria-expanded") == "false"
             assert outcomes["approve"][0] == "approved"
             assert outcomes["deny"] == ("", "send_email was denied")
+            wait_for(page, "document.querySelector('.turn').dataset.state === 'completed'")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"demo-approval-{transport}.png"))
             assert errors == []

@@ -1,7 +1,9 @@
 """A simulated agent that exercises everything toolstream reports (used by ``toolstream demo``).
 
-Each turn streams a tool's input token by token, runs a parallel batch with one call
-queued behind a concurrency limit, a long tool with progress and partial output, a
+Each turn streams a tool's input token by token, delegates the reading to a sub-agent
+(a ``research`` call whose "researcher" runs a parallel batch with one call queued
+behind a concurrency limit, a failing tool and a call that waits for a person's
+approval, all nested under the call), a long tool with progress and partial output, a
 failing tool, a cancelled tool, a call with a secret in its arguments (redacted on
 the wire), one with a huge result (truncated on the wire), a call that waits for a
 person's approval (it expires when nobody decides) and a hidden internal tool.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -23,6 +26,7 @@ __all__ = ["DEMO_SECRET", "run_agent", "run_turn"]
 #: The fake credential the demo passes to a tool; it must never appear on the wire.
 DEMO_SECRET = "sk-demo-9f8e7d6c5b4a39281706f5e4"
 
+_PDF = "https://example.com/papers/structured-concurrency.pdf"
 _PAGES = [
     "https://anyio.readthedocs.io/en/stable/",
     "https://trio.readthedocs.io/en/stable/",
@@ -80,6 +84,51 @@ def _openai_stream(tool: str, args: dict[str, Any], turn: int) -> list[dict[str,
     return chunks
 
 
+async def research(
+    tracker: Tracker,
+    turn: int,
+    pause: Callable[[float], Awaitable[None]],
+    say: Callable[[str], Awaitable[None]],
+    *,
+    approval_timeout: float,
+) -> None:
+    """The ``research`` call, whose tool is itself an agent ("researcher"): its run is
+    nested under the call, with a parallel batch (three fetches, at most two at a
+    time), a tool that fails and a call that waits for a person's approval (it waits
+    half as long as the turn's own approval, then expires)."""
+
+    async def fetch_page(url: str) -> dict[str, Any]:
+        await pause(random.uniform(0.4, 0.9))
+        return {"url": url, "status": 200, "bytes": random.randint(20_000, 90_000)}
+
+    async with tracker.call("research", {"topic": "anyio vs trio", "pages": len(_PAGES)}) as c:
+        async with c.subagent("researcher"):
+            await say("Reading the three pages, two at a time.")
+            async with tracker.batch(limit=2) as batch:
+                for url in _PAGES:
+                    batch.start_soon(fetch_page, url)
+            try:
+                async with tracker.call("read_pdf", {"url": _PDF}):
+                    await pause(0.3)
+                    raise ValueError("the PDF is password-protected")
+            except ValueError:
+                pass
+            await say("I will keep these notes for the team, if you agree.")
+            try:
+                async with tracker.call(
+                    "save_notes",
+                    {"path": f"notes/turn-{turn}.md", "pages": len(_PAGES)},
+                    approval="Writes the notes to the team's shared folder",
+                    approval_timeout=approval_timeout / 2,
+                ) as notes:
+                    await pause(0.2)
+                    notes.complete({"saved": notes.args.get("path")})
+            except ApprovalDenied:
+                pass
+            await say("Three pages read; the PDF was locked.")
+        c.complete({"pages_read": len(_PAGES), "failed": 1, "notes": f"notes/turn-{turn}.md"})
+
+
 #: Seconds a demo approval waits for a person (at speed 1) before it expires.
 APPROVAL_TIMEOUT = 20.0
 
@@ -127,18 +176,12 @@ async def run_turn(
                 c.complete([{"title": f"Result {i}", "url": _PAGES[i % 3]} for i in range(5)])
 
         await say(
-            "Five results. I will fetch the three most relevant pages, two at a time.",
-            reasoning="The first results are the official docs; fetching them is enough. ",
+            "Five results. A researcher will read the three most relevant pages.",
+            reasoning="The first results are the official docs; reading them is enough. ",
         )
 
-        # 2. A parallel batch: three fetches, at most two at a time.
-        async def fetch_page(url: str) -> dict[str, Any]:
-            await pause(random.uniform(0.4, 0.9))
-            return {"url": url, "status": 200, "bytes": random.randint(20_000, 90_000)}
-
-        async with tracker.batch(limit=2) as batch:
-            for url in _PAGES:
-                batch.start_soon(fetch_page, url)
+        # 2. A sub-agent: the research call is itself an agent, whose calls nest under it.
+        await research(tracker, turn, pause, say, approval_timeout=approval_timeout / speed)
 
         # 3. A long tool with progress and partial output.
         async with tracker.call("summarize_documents", {"documents": len(_PAGES)}) as c:

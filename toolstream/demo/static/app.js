@@ -1,6 +1,7 @@
 // toolstream demo page: a reducer over native events, rendered as a conversation:
 // the current turn on top with its calls in order (a batch around its calls), earlier
-// turns collapsed to one line each. No build step.
+// turns collapsed to one line each; a sub-agent's run inside the card of the call that
+// runs it (open while that call runs, one line once it ended). No build step.
 "use strict";
 const SESSION = new URLSearchParams(location.search).get("session") || "demo";
 const TYPES = ["stream.reset", "run.started", "run.finished", "tool.created", "tool.args.delta",
@@ -25,26 +26,49 @@ const born = [];                 // calls and messages first seen, in the order 
 let transport = null;
 
 // -- the reducer (what toolstream.LiveView does) -------------------------------------------
-function turn(id) {
+function run(id, parentCallId) {   // a turn, or a sub-agent's run (parentCallId: the call it runs under)
   let r = state.runs.get(id);
   if (!r) {
     r = {run_id: id, title: id === OUTSIDE ? "Calls outside a turn" : id, state: id === OUTSIDE ? "" : "running",
-         started: null, ended: null, toggled: false};
+         started: null, ended: null, toggled: false, open: true, parent_call_id: null, parent_run_id: null, agent: ""};
     state.runs.set(id, r);
   }
-  dirtyRuns.add(id);
+  if (parentCallId && !r.parent_call_id) r.parent_call_id = parentCallId;
+  touch(id);
   return r;
 }
+function isSub(id) { return !!state.runs.get(id)?.parent_call_id; }
+function parentRun(r) {   // the run of the call a sub-agent's run is nested under
+  const parent = state.calls.get(r.parent_call_id);
+  return parent ? parent.run_id : (r.parent_run_id || OUTSIDE);
+}
+function rootOf(id) {   // the turn a run belongs to, however deep its sub-agents nest
+  for (let depth = 0; depth < 32; depth++) {
+    const r = state.runs.get(id);
+    if (!r || !r.parent_call_id) return id;
+    id = parentRun(r);
+  }
+  return id;
+}
+function touch(id) {   // a run changed: its header, and the headers of the runs above it (their counts)
+  for (let depth = 0; depth < 32; depth++) {
+    dirtyRuns.add(id);
+    const r = state.runs.get(id);
+    if (!r || !r.parent_call_id) return;
+    id = parentRun(r);
+  }
+}
+function subrunsOf(callId) { return [...state.runs.values()].filter((r) => r.parent_call_id === callId); }
 function call(e) {
   let c = state.calls.get(e.call_id);
   if (!c) {
     c = {call_id: e.call_id, tool: e.tool, run_id: e.run_id || OUTSIDE, batch_id: e.batch_id || null,
          state: "created", fraction: null, message: "", summary: "", error: "", reason: "", args: "",
          output: "", note: "", started: null, ended: null, duration: null, created: e.ts,
-         approval: null, decision: "", sending: false, problem: ""};
+         approval: null, decision: "", sending: false, problem: "", parent_call_id: e.parent_call_id || null};
     state.calls.set(e.call_id, c);
     born.push(["call", e.call_id]);
-    turn(c.run_id);
+    run(c.run_id, c.parent_call_id);
   }
   if (e.batch_id && !c.batch_id) c.batch_id = e.batch_id;
   return c;
@@ -55,7 +79,7 @@ function message(e) {   // the agent's text in a turn (message.* events)
     m = {message_id: e.message_id, run_id: e.run_id || OUTSIDE, text: "", reasoning: "", finished: false};
     state.messages.set(e.message_id, m);
     born.push(["message", e.message_id]);
-    turn(m.run_id);
+    run(m.run_id, e.parent_call_id);
   }
   dirtyMessages.add(m.message_id);
   return m;
@@ -83,8 +107,11 @@ function apply(e) {
   state.lastId = e.id;
   switch (e.type) {
     case "stream.reset": return reset(e);
-    case "run.started": { const r = turn(e.run_id); r.title = e.title || e.run_id; r.state = "running"; r.started = e.ts; return; }
-    case "run.finished": { const r = turn(e.run_id); r.state = e.outcome; r.ended = e.ts; return; }
+    case "run.started": { const r = run(e.run_id, e.parent_call_id);
+      Object.assign(r, {title: e.title || e.agent || e.run_id, state: "running", started: e.ts,
+        parent_run_id: e.parent_run_id || null, agent: e.agent || ""});
+      touch(e.run_id); return; }
+    case "run.finished": { const r = run(e.run_id); r.state = e.outcome; r.ended = e.ts; return; }
     case "batch.phase": state.batches.set(e.batch_id, e); dirtyBatches.add(e.batch_id); return;
     case "message.started": message(e); return;
     case "message.delta": { const m = message(e);
@@ -96,7 +123,7 @@ function apply(e) {
   if (!e.call_id) return;
   const c = call(e);
   if (TERMINAL.has(c.state)) return;
-  dirty.add(c.call_id); dirtyRuns.add(c.run_id);
+  dirty.add(c.call_id); touch(c.run_id);
   if (e.summary) c.summary = e.summary;
   switch (e.type) {
     case "tool.args.delta": c.args = (c.args + e.delta).slice(-300); break;
@@ -134,16 +161,17 @@ function reset(e) {
   const present = new Set(e.snapshot.calls.map((c) => c.call_id));
   for (const c of state.calls.values()) {
     if (!present.has(c.call_id) && !TERMINAL.has(c.state)) {   // vanished in a restart
-      c.state = "lost"; c.error = "lost in a server restart"; dirty.add(c.call_id); dirtyRuns.add(c.run_id);
+      c.state = "lost"; c.error = "lost in a server restart"; dirty.add(c.call_id); touch(c.run_id);
     }
   }
   const runs = new Set(e.snapshot.runs.map((r) => r.run_id));
   for (const r of state.runs.values()) {
-    if (r.state === "running" && r.run_id !== OUTSIDE && !runs.has(r.run_id)) { r.state = "lost"; dirtyRuns.add(r.run_id); }
+    if (r.state === "running" && r.run_id !== OUTSIDE && !runs.has(r.run_id)) { r.state = "lost"; touch(r.run_id); }
   }
-  for (const r of e.snapshot.runs) {
-    const t = turn(r.run_id);
-    Object.assign(t, {title: r.title || r.run_id, state: r.state, started: r.started_ts, ended: r.ended_ts});
+  for (const r of e.snapshot.runs) {   // the tree: a sub-agent's run names the call it runs under
+    const t = run(r.run_id, r.parent_call_id);
+    Object.assign(t, {title: r.title || r.agent || r.run_id, state: r.state, started: r.started_ts, ended: r.ended_ts,
+      parent_run_id: r.parent_run_id || null, agent: r.agent || ""});
   }
   // Calls and the agent's text are placed in the order they were first seen: a page
   // opened mid-turn must show them as the live stream would have, not calls first.
@@ -152,7 +180,7 @@ function reset(e) {
   items.sort((a, b) => byFirstEvent(a[1], b[1]));
   for (const [kind, s] of items) {
     if (kind === "message") {
-      const m = message({message_id: s.message_id, run_id: s.run_id});
+      const m = message({message_id: s.message_id, run_id: s.run_id, parent_call_id: s.parent_call_id});
       Object.assign(m, {text: (s.text || "").slice(-MAX_SAID), reasoning: (s.reasoning || "").slice(-MAX_SAID),
         finished: !!s.finished});
       continue;
@@ -163,7 +191,7 @@ function reset(e) {
       error: s.error ? `${s.error.type}: ${s.error.message}` : "", note: truncation(s.result),
       started: s.started_ts, ended: s.ended_ts, duration: s.duration_s, created: s.created_ts,
       approval: s.approval || null, decision: s.decided_by && !s.approval ? decisionText(s.state !== "denied", s.decided_by) : ""});
-    dirty.add(s.call_id); dirtyRuns.add(c.run_id);
+    dirty.add(s.call_id); touch(c.run_id);
   }
   for (const b of e.snapshot.batches) { state.batches.set(b.batch_id, b); dirtyBatches.add(b.batch_id); }
   trim();
@@ -179,20 +207,22 @@ function byFirstEvent(a, b) {   // by first_event_id's sequence (no BigInt neede
 }
 function trim() {   // the newest MAX_FINISHED finished calls, and the turns that still hold one
   const finished = [...state.calls.values()].filter((c) => TERMINAL.has(c.state));
-  for (const c of finished.slice(0, Math.max(0, finished.length - MAX_FINISHED))) {
-    state.calls.delete(c.call_id);
-    els.calls.get(c.call_id)?.remove(); els.calls.delete(c.call_id);
+  let excess = finished.length - MAX_FINISHED;
+  for (const c of finished) {   // oldest first; a call goes with its sub-agents' calls
+    if (excess <= 0) break;
+    if (state.calls.has(c.call_id)) excess -= drop(c);
   }
-  const used = new Set([...state.calls.values()].map((c) => c.run_id));
+  const used = new Set([...state.calls.values()].map((c) => rootOf(c.run_id)));
   for (const m of [...state.messages.values()]) {   // a turn's text goes with its calls
+    if (isSub(m.run_id)) continue;   // a sub-agent's text goes with the call it runs under
     if (!used.has(m.run_id) && !(state.runs.get(m.run_id)?.state === "running")) {
       state.messages.delete(m.message_id); els.messages.get(m.message_id)?.remove(); els.messages.delete(m.message_id);
     }
   }
-  for (const m of state.messages.values()) used.add(m.run_id);
-  const newest = [...state.runs.keys()].pop();
+  for (const m of state.messages.values()) used.add(rootOf(m.run_id));
+  const newest = [...state.runs.keys()].filter((id) => !isSub(id)).pop();
   for (const r of [...state.runs.values()]) {
-    if (!used.has(r.run_id) && r.state !== "running" && r.run_id !== newest) {
+    if (!r.parent_call_id && !used.has(r.run_id) && r.state !== "running" && r.run_id !== newest) {
       state.runs.delete(r.run_id); els.turns.get(r.run_id)?.remove(); els.turns.delete(r.run_id);
     }
   }
@@ -201,9 +231,22 @@ function trim() {   // the newest MAX_FINISHED finished calls, and the turns tha
     if (!batched.has(id)) { state.batches.delete(id); els.batches.get(id)?.remove(); els.batches.delete(id); }
   }
 }
+function drop(c) {   // forget a call, and its sub-agents' runs with their calls and text; how many calls went
+  let n = 1;
+  state.calls.delete(c.call_id);
+  els.calls.get(c.call_id)?.remove(); els.calls.delete(c.call_id);
+  for (const r of subrunsOf(c.call_id)) {
+    for (const inner of [...state.calls.values()]) if (inner.run_id === r.run_id) n += drop(inner);
+    for (const m of [...state.messages.values()]) {
+      if (m.run_id === r.run_id) { state.messages.delete(m.message_id); els.messages.delete(m.message_id); }
+    }
+    state.runs.delete(r.run_id); els.subruns.delete(r.run_id);
+  }
+  return n;
+}
 
 // -- rendering: only what changed, once per frame -------------------------------------------
-const els = {turns: new Map(), batches: new Map(), calls: new Map(), messages: new Map()};
+const els = {turns: new Map(), subruns: new Map(), batches: new Map(), calls: new Map(), messages: new Map()};
 const turnsEl = document.getElementById("turns");
 function fmt(s) { return s == null ? "" : s < 1 ? `${Math.round(s * 1000)} ms` : s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`; }
 function el(tag, cls, html) { const e = document.createElement(tag); e.className = cls; if (html) e.innerHTML = html; return e; }
@@ -220,12 +263,38 @@ function turnEl(id) {
   }
   return t;
 }
+function subrunEl(id) {   // a sub-agent's run, inside the card of the call that runs it
+  let s = els.subruns.get(id);
+  if (!s) {
+    const r = state.runs.get(id);
+    s = el("section", "subrun", `<button type="button" class="sub-toggle" aria-expanded="true">
+      <span class="sub-caret" aria-hidden="true"></span><span class="sub-agent"></span><span class="badge sub-state"></span>
+      <span class="sub-counts"></span><span class="sub-time"></span></button><div class="sub-body"></div>`);
+    s.dataset.run = id;
+    const body = s.querySelector(".sub-body"), toggle = s.querySelector(".sub-toggle");
+    body.id = `sub-${id}`;
+    toggle.setAttribute("aria-controls", body.id);
+    toggle.addEventListener("click", () => {
+      const r = state.runs.get(id);
+      if (r) { r.open = toggle.getAttribute("aria-expanded") !== "true"; r.toggled = true; subHead(r); }
+    });
+    const parent = r && state.calls.get(r.parent_call_id);
+    // Under its call's card; if that call is gone (trimmed), where the call was.
+    const home = parent ? card(parent).ui.subruns : bodyOf(r ? parentRun(r) : OUTSIDE);
+    home.append(s);
+    els.subruns.set(id, s);
+  }
+  return s;
+}
+function bodyOf(id) {   // where a run's calls, batches and text go
+  return isSub(id) ? subrunEl(id).querySelector(".sub-body") : turnEl(id).querySelector(".turn-body");
+}
 function batchEl(c) {
   let b = els.batches.get(c.batch_id);
   if (!b) {
     b = el("div", "batch", '<div class="batch-head"></div><div class="batch-calls"></div>');
     b.dataset.batch = c.batch_id;
-    turnEl(c.run_id).querySelector(".turn-body").append(b);   // where its first call is
+    bodyOf(c.run_id).append(b);   // where its first call is
     els.batches.set(c.batch_id, b);
     dirtyBatches.add(c.batch_id);
   }
@@ -254,24 +323,31 @@ function card(c) {
       <div class="approval" hidden><span class="ask"></span><span class="expires"></span>
         <button class="approve" type="button">Approve</button><button class="deny" type="button">Deny</button>
         <span class="problem"></span></div>
-      <div class="decision"></div><pre class="output"></pre>`);
+      <div class="decision"></div><pre class="output"></pre><div class="subruns"></div>`);
     e.querySelector(".approve").addEventListener("click", () => decide(c.call_id, true));
     e.querySelector(".deny").addEventListener("click", () => decide(c.call_id, false));
     e.id = `call-${c.call_id}`;
+    // Its own parts, found once: a sub-agent's cards nest inside it with the same classes.
+    e.ui = {};
+    for (const part of ["tool", "badge", "id", "time", "summary", "error", "note", "approval", "decision", "output", "subruns"]) {
+      e.ui[part] = e.querySelector(`.${part}`);
+    }
+    e.ui.bar = e.querySelector(".bar > i");
     els.calls.set(c.call_id, e);
   }
-  const home = c.batch_id ? batchEl(c).querySelector(".batch-calls") : turnEl(c.run_id).querySelector(".turn-body");
+  const home = c.batch_id ? batchEl(c).querySelector(".batch-calls") : bodyOf(c.run_id);
   if (e.parentElement !== home) home.append(e);   // calls in the order they were made
+  const ui = e.ui;
   e.dataset.state = c.state;
-  e.querySelector(".tool").textContent = c.tool;
-  e.querySelector(".badge").innerHTML = (c.state === "running" ? '<span class="spinner"></span>' : "") +
+  ui.tool.textContent = c.tool;
+  ui.badge.innerHTML = (c.state === "running" ? '<span class="spinner"></span>' : "") +
     (c.state === "running" && c.fraction != null ? `running ${Math.round(c.fraction * 100)}%` : c.state);
-  e.querySelector(".bar > i").style.width = `${Math.round((c.fraction ?? 0) * 100)}%`;
-  e.querySelector(".id").textContent = c.call_id.slice(0, 14);
-  e.querySelector(".summary").textContent = text(c) || "";
-  e.querySelector(".error").textContent = c.state === "failed" ? (c.summary || c.error) : c.state === "lost" ? c.error : "";
-  e.querySelector(".note").textContent = c.note || "";
-  const box = e.querySelector(".approval");
+  ui.bar.style.width = `${Math.round((c.fraction ?? 0) * 100)}%`;
+  ui.id.textContent = c.call_id.slice(0, 14);
+  ui.summary.textContent = text(c) || "";
+  ui.error.textContent = c.state === "failed" ? (c.summary || c.error) : c.state === "lost" ? c.error : "";
+  ui.note.textContent = c.note || "";
+  const box = ui.approval;
   box.hidden = !c.approval;
   if (c.approval) {
     box.querySelector(".ask").textContent = c.approval.reason ? `Needs your OK: ${c.approval.reason}` : "Needs your OK";
@@ -279,18 +355,19 @@ function card(c) {
     for (const b of box.querySelectorAll("button")) b.disabled = !!c.sending;
     box.querySelector(".problem").textContent = c.problem || "";
   }
-  e.querySelector(".decision").textContent = c.state === "denied" ? "" : c.decision || "";   // its summary says it
-  const out = e.querySelector(".output");
+  ui.decision.textContent = c.state === "denied" ? "" : c.decision || "";   // its summary says it
+  const out = ui.output;
   const shown = c.state === "created" ? c.args : c.output;
   if (out.textContent !== shown) { out.textContent = shown; out.scrollTop = out.scrollHeight; }
-  e.querySelector(".time").textContent = elapsed(c);
+  ui.time.textContent = elapsed(c);
+  return e;
 }
 function said(m) {   // the agent's text, where it was said among the calls
   let e = els.messages.get(m.message_id);
   if (!e) {
     e = el("div", "said", '<details class="thinking" hidden><summary>reasoning</summary><span></span></details><div class="said-text"></div>');
     e.dataset.message = m.message_id;
-    turnEl(m.run_id).querySelector(".turn-body").append(e);
+    bodyOf(m.run_id).append(e);
     els.messages.set(m.message_id, e);
   }
   e.hidden = !m.text && !m.reasoning;
@@ -311,21 +388,49 @@ function elapsed(c) {
   return fmt(Math.max(0, (c.ended || Date.now() / 1000) - c.started));
 }
 function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
-function turnHead(r) {
-  const t = turnEl(r.run_id);
-  const calls = [...state.calls.values()].filter((c) => c.run_id === r.run_id);
+function inside(id) {   // the calls of a run and of its sub-agents, at any depth
+  const runs = new Set([id]);
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const r of state.runs.values()) {
+      if (r.parent_call_id && !runs.has(r.run_id) && runs.has(parentRun(r))) { runs.add(r.run_id); grew = true; }
+    }
+  }
+  return [...state.calls.values()].filter((c) => runs.has(c.run_id));
+}
+function counts(calls) {   // "13 calls · 2 failed · 1 denied"
   const by = {};
   for (const c of calls) by[c.state] = (by[c.state] || 0) + 1;
   const parts = [plural(calls.length, "call")];
   for (const s of ["running", "queued", "awaiting_approval", "failed", "cancelled", "denied", "lost"]) {
     if (by[s]) parts.push(`${by[s]} ${s === "awaiting_approval" ? "awaiting approval" : s}`);
   }
+  return parts.join(" · ");
+}
+function head(r) { if (r.parent_call_id) subHead(r); else turnHead(r); }
+function subHead(r) {   // a sub-agent's run: open while its call runs, one line once that call ended
+  const s = subrunEl(r.run_id);
+  const parent = state.calls.get(r.parent_call_id);
+  const open = r.toggled ? r.open : parent ? !TERMINAL.has(parent.state) : r.state === "running";
+  const toggle = s.querySelector(".sub-toggle");
+  toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  s.querySelector(".sub-body").hidden = !open;
+  s.dataset.state = r.state;
+  s.querySelector(".sub-agent").textContent = r.agent || r.title;
+  const badge = s.querySelector(".sub-state");
+  badge.innerHTML = (r.state === "running" ? '<span class="spinner"></span>' : "") + r.state;
+  s.querySelector(".sub-counts").textContent = counts(inside(r.run_id));
+  s.querySelector(".sub-time").textContent = r.started ? fmt(Math.max(0, (r.ended || Date.now() / 1000) - r.started)) : "";
+  if (parent) els.calls.get(parent.call_id)?.ui.time.replaceChildren(elapsed(parent));   // its call's clock with it
+}
+function turnHead(r) {
+  const t = turnEl(r.run_id);
   t.dataset.state = r.state;
   t.querySelector(".turn-title").textContent = r.title;
   const badge = t.querySelector(".turn-state");
   badge.hidden = !r.state;
   badge.innerHTML = (r.state === "running" ? '<span class="spinner"></span>' : "") + r.state;
-  t.querySelector(".turn-counts").textContent = parts.join(" · ");
+  t.querySelector(".turn-counts").textContent = counts(inside(r.run_id));
   t.querySelector(".turn-time").textContent = r.started ? fmt(Math.max(0, (r.ended || Date.now() / 1000) - r.started)) : "";
 }
 function batchHead(id) {
@@ -337,7 +442,7 @@ function batchHead(id) {
   b.querySelector(".batch-head").textContent = `${plural(calls.length, "call")} in parallel — ${phase}${counts ? ` (${counts})` : ""}`;
 }
 function layout() {   // the newest turn open; earlier ones collapsed, unless the reader opened them
-  const ids = [...state.runs.keys()].filter((id) => id !== OUTSIDE);
+  const ids = [...state.runs.keys()].filter((id) => id !== OUTSIDE && !isSub(id));
   const newest = ids[ids.length - 1];
   for (const [id, t] of els.turns) {
     const r = state.runs.get(id);
@@ -353,9 +458,14 @@ function render(now) {
     if (kind === "call") { const c = state.calls.get(id); if (c) card(c); }
     else { const m = state.messages.get(id); if (m) said(m); }
   }
-  for (const id of dirty) { const c = state.calls.get(id); if (c) card(c); }
+  for (const id of dirty) {
+    const c = state.calls.get(id);
+    if (!c) continue;
+    card(c);
+    if (TERMINAL.has(c.state)) for (const r of subrunsOf(id)) dirtyRuns.add(r.run_id);   // its sub-agents fold
+  }
   dirty.clear();
-  for (const id of dirtyRuns) { const r = state.runs.get(id); if (r) turnHead(r); }
+  for (const id of dirtyRuns) { const r = state.runs.get(id); if (r) head(r); }
   for (const id of dirtyBatches) batchHead(id);
   for (const id of dirtyMessages) { const m = state.messages.get(id); if (m) said(m); }
   dirtyMessages.clear();
@@ -364,10 +474,10 @@ function render(now) {
   if (now - lastTick > 200) {   // keep running clocks moving
     lastTick = now;
     for (const c of state.calls.values()) {
-      if (c.state === "running") els.calls.get(c.call_id)?.querySelector(".time")?.replaceChildren(elapsed(c));
-      if (c.approval) els.calls.get(c.call_id)?.querySelector(".expires")?.replaceChildren(expiresIn(c));
+      if (c.state === "running") els.calls.get(c.call_id)?.ui.time.replaceChildren(elapsed(c));
+      if (c.approval) els.calls.get(c.call_id)?.ui.approval.querySelector(".expires").replaceChildren(expiresIn(c));
     }
-    for (const r of state.runs.values()) if (r.state === "running") turnHead(r);
+    for (const r of state.runs.values()) if (r.state === "running") head(r);
   }
   requestAnimationFrame(render);
 }
