@@ -352,6 +352,48 @@ async def test_a_renewal_racing_a_batch_keeps_its_calls_in_the_lease(
         await bus.aclose()
 
 
+async def test_a_batch_retried_after_a_failed_lease_write_registers_its_calls(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease write before a batch fails (NATS away): the batch is retried, and its
+    retry writes the entry with its calls — not only the next renewal, which a worker
+    killed meanwhile never makes. The reaper reads the session from the leader."""
+    import json
+
+    import nats.errors
+
+    from toolstream.nats._common import RETRYABLE
+
+    bus = make_bus(nats_server, lease=30.0)
+    try:
+        await bus.start()
+        bus.publish(ts.ToolCreated, session="s", call_id="first", tool="t")
+        await bus.flush(timeout=5)
+        leases = bus._leases
+        # The batch as the writer holds it (not published: the writer does not race us).
+        opened = ts.ToolStarted(id="-", session="s", ts=0.0, call_id="hang", tool="t")
+        write = leases._write_entry
+        failing = [True]
+
+        async def once_unreachable(kv: Any) -> int:
+            if failing:
+                failing.clear()
+                raise nats.errors.TimeoutError
+            return int(await write(kv))
+
+        monkeypatch.setattr(leases, "_write_entry", once_unreachable)
+        with pytest.raises(RETRYABLE):
+            await leases.guard([opened])
+        await leases.guard([opened])  # the outbox's retry of the same batch
+        kv = await bus.kv(bus.names.writers)
+        entry = json.loads((await kv.get(bus.token)).value or b"{}")
+        assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
+        state = await bus._reader.read_state("s", leader=True)
+        assert "first" in state.folded().calls
+    finally:
+        await bus.aclose()
+
+
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     nats_server: NatsServer,
 ) -> None:

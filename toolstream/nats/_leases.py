@@ -68,6 +68,7 @@ class NatsLeases:
         self._janitor_at = 0.0
         self._reaped_at = 0.0  # monotonic time of the last reaper pass
         self._writing = asyncio.Lock()  # one lease entry write at a time
+        self._dirty = False  # the open set changed since the entry was last written
 
     @property
     def registered(self) -> bool:
@@ -105,20 +106,20 @@ class NatsLeases:
 
         What the batch opens joins the open set at once (not when it is written): a
         renewal racing this batch then writes it too, never an entry without it."""
-        opens = False
         for ev in batch:
             if isinstance(ev, OPENS_CALL) and ev.call_id and not self.is_fenced(ev):
                 key = (ev.session, ev.call_id)
                 if key not in self._opened.calls:
                     self._opened.calls[key] = (ev.tool or "", ev.run_id or "")
-                    opens = True
+                    self._dirty = True
             elif isinstance(ev, RunStarted) and ev.run_id:
                 key = (ev.session, ev.run_id)
                 if key not in self._opened.runs:
                     self._opened.runs.add(key)
-                    opens = True
+                    self._dirty = True
         stale = time.monotonic() - self._renewed > self._bus.lease / 2
-        if opens or stale or not self._registered_rev:
+        # Dirty until a write lands: a batch retried after a failed write registers again.
+        if self._dirty or stale or not self._registered_rev:
             await self.register()
 
     async def register(self) -> None:
@@ -126,15 +127,23 @@ class NatsLeases:
         at a time: the batch writer and the renewal never race each other's entry."""
         async with self._writing:
             kv = await self._bus.kv(self._bus.names.writers)
+            dirty, self._dirty = self._dirty, False  # what changes from here is written next
             try:
-                if self._registered_rev:
-                    rev = await kv.update(self._bus.token, self._entry(), last=self._registered_rev)
-                else:
-                    rev = await kv.create(self._bus.token, self._entry())
-            except nats.js.errors.KeyWrongLastSequenceError:
-                rev = await self._fenced_out(kv)
+                rev = await self._write_entry(kv)
+            except BaseException:
+                self._dirty = self._dirty or dirty
+                raise
             self._registered_rev = rev
             self._renewed = time.monotonic()
+
+    async def _write_entry(self, kv: KeyValue) -> int:
+        """Create or update the entry; its new revision."""
+        try:
+            if self._registered_rev:
+                return await kv.update(self._bus.token, self._entry(), last=self._registered_rev)
+            return await kv.create(self._bus.token, self._entry())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return await self._fenced_out(kv)
 
     def _entry(self) -> bytes:
         """This writer's lease entry: its lease length and what it left open."""
@@ -280,7 +289,7 @@ class NatsLeases:
             by_session.setdefault(item[0], ([], []))[1].append(item)
         n = 0
         for session, (calls, runs) in by_session.items():
-            view = (await self._bus._reader.read_state(session)).folded()
+            view = (await self._bus._reader.read_state(session, leader=True)).folded()
             ts = self._bus._clock()
             for _, call_id, tool, run_id in calls:
                 info = view.calls.get(call_id)

@@ -82,11 +82,17 @@ class NatsReader:
         data = json.loads(entry.value or b"{}")
         return int(data.get("seq", 0)), data.get("state")
 
-    async def read_state(self, session: str, upto: int | None = None) -> SessionState:
+    async def read_state(
+        self, session: str, upto: int | None = None, *, leader: bool = False
+    ) -> SessionState:
         """The session as it stands: checkpoint, then the messages after it (read between
-        two equal reads of the checkpoint, so no purge slipped in between)."""
+        two equal reads of the checkpoint, so no purge slipped in between).
+
+        ``leader``: read only from the stream's leader, never a replica that may lag (a
+        reaper deciding which calls are still open must see every acknowledged event;
+        it fails rather than read a replica, and tries again at its next pass)."""
         js = await self._bus._ready(time.monotonic() + self._bus.connect_timeout)
-        return await self.state_with(js, session, upto, self._bus.kv)
+        return await self.state_with(js, session, upto, self._bus.kv, leader=leader)
 
     async def state_with(
         self,
@@ -94,6 +100,8 @@ class NatsReader:
         session: str,
         upto: int | None,
         kv_of: Callable[[str], Awaitable[KeyValue]],
+        *,
+        leader: bool = False,
     ) -> SessionState:
         subject = self._bus.names.subject(session)
         kv = await kv_of(self._bus.names.checkpoints)
@@ -110,13 +118,19 @@ class NatsReader:
         for _ in range(10):
             ck_seq, ck_state = await checkpoint()
             try:
-                last_msg = await js.get_msg(self._bus.names.stream, subject=subject, direct=True)
+                last_msg = await js.get_msg(
+                    self._bus.names.stream, subject=subject, direct=not leader
+                )
                 last = int(last_msg.seq or 0)
             except nats.js.errors.NotFoundError:
                 last = 0
             if upto is not None:
                 last = min(last, upto)
-            events = await self._range(js, subject, ck_seq + 1, last) if last > ck_seq else []
+            events = (
+                await self._range(js, subject, ck_seq + 1, last, leader=leader)
+                if last > ck_seq
+                else []
+            )
             if (await checkpoint())[0] == ck_seq:
                 break
         view = LiveView(max_finished=self._bus._max_finished, compare=self._bus.compare)
@@ -128,9 +142,10 @@ class NatsReader:
         return SessionState(self._bus.epoch, max(last, ck_seq), ck_seq, view, events)
 
     async def _range(
-        self, js: JetStreamContext, subject: str, first: int, last: int
+        self, js: JetStreamContext, subject: str, first: int, last: int, *, leader: bool = False
     ) -> list[tuple[int, Event]]:
-        """The session's messages from sequence ``first`` to ``last``."""
+        """The session's messages from sequence ``first`` to ``last`` (``leader``: never
+        from a replica)."""
         bus = self._bus
         try:
             name, sub = await ephemeral_consumer(
@@ -142,6 +157,8 @@ class NatsReader:
                 timeout=bus.request_timeout,
             )
         except RETRYABLE:
+            if leader:
+                raise
             # No consumer now (a cluster electing its meta leader after losing a server
             # can take many seconds): read message by message from any replica.
             return await self.read_direct(js, subject, first, last)
