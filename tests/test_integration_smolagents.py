@@ -29,7 +29,7 @@ from tests.integration_checks import (
     import_error_names_the_extra,
     types_of,
 )
-from toolstream.integrations.smolagents import step_callback, track_stream
+from toolstream.integrations.smolagents import follow_managed, step_callback, track_stream
 from toolstream.testing import assert_lifecycle
 
 Step = list[tuple[str, dict[str, Any], str]]
@@ -255,3 +255,91 @@ def test_the_models_streamed_words_are_the_runs_messages(messages: bool) -> None
     assert "".join(seen[: seen.index("message.finished")]) == "Searching now."
     assert seen.index("message.finished") < seen.index("tool.created")
     assert_lifecycle(events_of(bus), compare=bus.compare)
+
+
+# -- managed agents: sub-agents ---------------------------------------------------------
+
+
+def managed(name: str, *steps: Step) -> Any:
+    """A managed agent carrying ``follow_managed``: the one line that nests it."""
+    return ToolCallingAgent(
+        tools=[web_search, shell],
+        model=Scripted(list(steps)),
+        max_steps=5,
+        name=name,
+        description=f"The {name}: give it a task.",
+        step_callbacks=[follow_managed],
+    )
+
+
+def test_a_managed_agents_calls_nest_under_the_managers_call_of_it() -> None:
+    """Two managed agents called in one step (smolagents runs them in worker threads):
+    each one's calls — one failing — run in a sub-agent under its own call, which ends
+    after them; the manager's run is unchanged around them."""
+    from tests.subagent_checks import assert_tree, calls_in, outcome, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    researcher = managed(
+        "researcher",
+        [("web_search", {"q": "anyio"}, "r_search")],
+        [("shell", {"cmd": "make"}, "r_shell")],
+    )
+    scout = managed("scout", [("web_search", {"q": "trio"}, "s_search")])
+    manager = ToolCallingAgent(
+        tools=[],
+        model=Scripted(
+            [
+                [
+                    ("researcher", {"task": "read about anyio"}, "m_research"),
+                    ("scout", {"task": "look for trio"}, "m_scout"),
+                ]
+            ]
+        ),
+        managed_agents=[researcher, scout],
+        max_steps=3,
+    )
+    list(track_stream(tracker, manager.run("go", stream=True)))
+    tracker.close()
+    events = assert_tree(bus)
+    for parent, agent_name, inner in (
+        ("m_research", "researcher", ["r_search", "r_shell"]),
+        ("m_scout", "scout", ["s_search"]),
+    ):
+        (sub,) = sub_runs(events, parent)
+        assert sub.agent == agent_name
+        assert calls_in(events, sub.run_id) == inner
+        assert outcome(events, sub.run_id) == "completed"
+        assert types_of(bus, parent)[-1] == "tool.completed"
+    assert types_of(bus, "r_shell")[-1] == "tool.failed"
+    assert types_of(bus, "r_search")[-1] == "tool.completed"
+    top = [e.run_id for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id]
+    assert calls_in(events, top[0]) == ["m_research", "m_scout"]
+
+
+def test_a_managed_agent_outside_a_followed_run_reports_nothing() -> None:
+    bus = ts.EventBus()
+    researcher = managed("researcher", [("web_search", {"q": "anyio"}, "r_search")])
+    assert researcher.run("alone") == "done"
+    assert bus.snapshot("s").calls == ()
+    bus.close()
+
+
+def test_a_managed_agent_run_alone_by_the_manager_nests_too() -> None:
+    """One call in the step: smolagents runs it in the manager's own thread."""
+    from tests.subagent_checks import assert_tree, calls_in, sub_runs
+
+    bus = ts.EventBus()
+    tracker = ts.Tracker(bus, "s")
+    researcher = managed("researcher", [("web_search", {"q": "anyio"}, "r_search")])
+    manager = ToolCallingAgent(
+        tools=[],
+        model=Scripted([[("researcher", {"task": "read about anyio"}, "m_research")]]),
+        managed_agents=[researcher],
+        max_steps=3,
+    )
+    list(track_stream(tracker, manager.run("go", stream=True)))
+    tracker.close()
+    events = assert_tree(bus)
+    (sub,) = sub_runs(events, "m_research")
+    assert calls_in(events, sub.run_id) == ["r_search"]

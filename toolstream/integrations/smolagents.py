@@ -16,6 +16,8 @@ argument fragments (``ChatMessageStreamDelta.tool_calls``) stream as ``tool.args
 before the call runs. :func:`step_callback` (for
 ``step_callbacks=[...]``) reports each step's calls after the step, for runs that are not
 streamed. The ``final_answer`` tool, smolagents' way to end a run, is not a call.
+:func:`follow_managed` (a managed agent's ``step_callbacks=[follow_managed]``) nests a
+managed agent's calls under the manager's call of it, as a sub-agent's run.
 
 Install with ``pip install "toolstream[smolagents]"``.
 """
@@ -23,10 +25,12 @@ Install with ``pip install "toolstream[smolagents]"``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from toolstream.integrations import require
 from toolstream.integrations._calls import Calls, calls_of, framework_run
+from toolstream.integrations._nesting import Nest
 
 require("smolagents", "smolagents", "smolagents")
 
@@ -36,10 +40,26 @@ from smolagents.models import ChatMessageStreamDelta  # noqa: E402
 if TYPE_CHECKING:
     from toolstream import Tracker
 
-__all__ = ["step_callback", "track_stream"]
+__all__ = ["follow_managed", "step_callback", "track_stream"]
 
 #: smolagents ends a run by calling this tool: not one of the agent's calls.
 FINAL = "final_answer"
+
+
+class _Manager:
+    """A streamed run :func:`track_stream` follows, as its managed agents see it: its
+    record, its sub-agents, and which call each managed agent object runs in now."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+        self.nest = Nest(calls)
+        self.running: dict[int, str] = {}  # id(managed agent) -> the call it runs in
+
+
+#: The streamed run whose step is being played (set around each step of the stream:
+#: a managed agent's run, in the manager's thread or a worker's copy of its context,
+#: finds its manager here).
+_manager: ContextVar[_Manager | None] = ContextVar("toolstream_smolagents", default=None)
 
 
 def _error_of(step: Any) -> dict[str, str]:
@@ -58,8 +78,10 @@ def track_stream(
     waiting: list[str] = []  # calls of the current step without an output yet
     streaming: dict[int, tuple[str, str]] = {}  # delta index -> (call id, tool), this step
     step = 0  # the model's message of the current step (its words' message key)
+    manager = _Manager(calls)
+    nest = manager.nest
     with framework_run(calls, run_id):
-        for event in events:
+        for event in _played_by(manager, events):
             if isinstance(event, ChatMessageStreamDelta):
                 calls.words.add(step, event.content)
                 for delta in event.tool_calls or ():
@@ -70,6 +92,7 @@ def track_stream(
             elif isinstance(event, ToolOutput):
                 handle = calls.open(event.id)
                 if handle is not None:
+                    nest.end(event.id)  # a managed agent's run ends before its call
                     handle.complete(event.output)
             elif isinstance(event, ActionStep):
                 for call_id in waiting:
@@ -77,6 +100,7 @@ def track_stream(
                     if handle is None:
                         continue
                     if event.error is not None:
+                        nest.end(call_id, "failed", _error_of(event))
                         handle.fail(_error_of(event))
                     else:
                         handle.cancel("the step ended without an output for this call")
@@ -85,6 +109,62 @@ def track_stream(
                 calls.words.end()
                 step += 1
             yield event
+
+
+def _played_by(manager: _Manager, events: Iterable[Any]) -> Iterator[Any]:
+    """``events``, each produced with ``manager`` in the context (the step that runs a
+    managed agent runs while the next event is produced)."""
+    it = iter(events)
+    while True:
+        token = _manager.set(manager)
+        try:
+            event = next(it)
+        except StopIteration:
+            return
+        finally:
+            _manager.reset(token)
+        yield event
+
+
+def follow_managed(step: Any, *args: Any, agent: Any = None, **kwargs: Any) -> None:
+    """A step callback for a *managed* agent (``ToolCallingAgent(...,
+    step_callbacks=[follow_managed])``): run by a manager that :func:`track_stream`
+    follows, each of its steps is reported — its calls started and ended, after the
+    step, as :func:`step_callback` does — inside a sub-agent's run nested under the
+    manager's call of it. Outside such a run it reports nothing.
+
+    smolagents gives a managed agent the task, not the call id: the call is the
+    manager's open call of that agent (by its ``name``) whose ``task`` the agent is
+    running; two calls of one agent with the same task are the same work either way."""
+    manager = _manager.get()
+    if manager is None or agent is None or not isinstance(step, ActionStep):
+        return
+    call_id = _call_running(manager, agent)
+    if call_id is None:
+        return
+    sub = manager.nest.sub(call_id, getattr(agent, "name", None))
+    if sub is manager.calls:
+        return  # refused (a lenient tracker): nothing nests, nothing is reported flat
+    _report_step(sub, step)
+
+
+def _call_running(manager: _Manager, agent: Any) -> str | None:
+    """The manager's open call ``agent`` runs in (claimed at its first step)."""
+    key = id(agent)
+    claimed = manager.running.get(key)
+    if claimed is not None and manager.calls.open(claimed) is not None:
+        return claimed
+    name = getattr(agent, "name", None)
+    task = str(getattr(agent, "task", "") or "")
+    taken = set(manager.running.values())
+    for call_id, handle in list(manager.calls.handles.items()):
+        if handle.done or handle.tool != name or call_id in taken:
+            continue
+        given = handle.args.get("task") if isinstance(handle.args, dict) else None
+        if isinstance(given, str) and given in task:
+            manager.running[key] = call_id
+            return call_id
+    return None
 
 
 def _stream_args(calls: Calls, streaming: dict[int, tuple[str, str]], delta: Any) -> None:
@@ -123,19 +203,23 @@ def step_callback(tracker: Tracker) -> Callable[..., None]:
     calls = calls_of(tracker)
 
     def callback(step: Any, *args: Any, **kwargs: Any) -> None:
-        if not isinstance(step, ActionStep):
-            return
-        for call_id, name, arguments in _step_calls(step):
-            if name == FINAL:
-                continue
-            handle = calls.open(call_id)
-            if handle is None:
-                if call_id in calls.handles:
-                    continue  # reported already (track_stream, or an earlier step)
-                handle = calls.start(call_id, name, arguments or {})
-            if step.error is not None:
-                handle.fail(_error_of(step))
-            else:
-                handle.complete(step.observations)
+        if isinstance(step, ActionStep):
+            _report_step(calls, step)
 
     return callback
+
+
+def _report_step(calls: Calls, step: Any) -> None:
+    """A step's calls, after the step: started, then ended."""
+    for call_id, name, arguments in _step_calls(step):
+        if name == FINAL:
+            continue
+        handle = calls.open(call_id)
+        if handle is None:
+            if call_id in calls.handles:
+                continue  # reported already (track_stream, or an earlier step)
+            handle = calls.start(call_id, name, arguments or {})
+        if step.error is not None:
+            handle.fail(_error_of(step))
+        else:
+            handle.complete(step.observations)
