@@ -394,6 +394,52 @@ async def test_a_batch_retried_after_a_failed_lease_write_registers_its_calls(
         await bus.aclose()
 
 
+async def test_a_reaper_that_fails_while_closing_closes_at_its_next_pass(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper claims a lost writer, then NATS fails under it before it closed the
+    writer's calls: the claim stays open and its next pass closes them (a claimed writer
+    was once never closed: its run stayed open for good)."""
+    import nats.errors
+
+    worker = make_bus(nats_server, lease=0.6, reap=False)
+    gateway = make_bus(nats_server, prefix=worker.prefix, lease=0.6)
+    try:
+        async with gateway.subscribe(session="s", snapshot=True) as sub:
+            tracker = ts.Tracker(worker, session="s")
+            run = tracker.run(run_id="r1").start()
+            hung = tracker.create("search", call_id="a")
+            hung.ready(args={})
+            hung.start()
+            await worker.flush(timeout=5)
+            leases = gateway._leases
+            close = leases._close_open
+            failing = [True]
+
+            async def fails_once(opened: Any, reason: str) -> int:
+                if failing:
+                    failing.clear()
+                    raise nats.errors.TimeoutError
+                return int(await close(opened, reason))
+
+            monkeypatch.setattr(leases, "_close_open", fails_once)
+            for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
+                task.cancel()
+            got = []
+            with anyio.fail_after(20):
+                async for event in sub:
+                    got.append(event)
+                    if event.type == "run.finished":
+                        break
+            assert not failing, "the first close failed"
+            kinds = [(e.type, e.call_id) for e in got[1:]]
+            assert kinds[-2:] == [("tool.cancelled", "a"), ("run.finished", "")], kinds
+            assert run.run_id == "r1"
+    finally:
+        await worker.aclose()
+        await gateway.aclose()
+
+
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     nats_server: NatsServer,
 ) -> None:

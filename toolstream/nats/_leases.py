@@ -248,7 +248,14 @@ class NatsLeases:
             record = json.loads(entry.value or b"{}")
             rev = entry.revision or 0
             if record.get("reaped"):
-                if time.time() - float(record.get("at", 0)) > self._bus.session_ttl:
+                if not record.get("closed") and (
+                    record.get("by") == self._bus.token
+                    or time.time() - float(record.get("at", 0)) > self._bus.lease
+                ):
+                    # A claim whose closing did not finish (NATS failed under it, or its
+                    # reaper died): closed again, by its reaper or, after a lease, any.
+                    total += await self._close_claimed(kv, key, record, rev)
+                elif time.time() - float(record.get("at", 0)) > self._bus.session_ttl:
                     await kv.delete(key, last=rev)
                 continue
             seen = self._seen.get(key)
@@ -257,18 +264,30 @@ class NatsLeases:
                 continue
             if now - seen[1] < float(record.get("lease", self._bus.lease)):
                 continue
-            claim = {**record, "reaped": True, "by": self._bus.token, "at": time.time()}
-            try:
-                await kv.update(key, json.dumps(claim).encode(), last=rev)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue  # renewed meanwhile, or another process reaps it
             self._seen.pop(key, None)
-            n = await self._close_open(record.get("open", {}), "worker lost")
-            if n:
-                logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
-            total += n
+            total += await self._close_claimed(kv, key, record, rev)
         self._bus._stats.reaped += total
         return total
+
+    async def _close_claimed(self, kv: KeyValue, key: str, record: dict[str, Any], rev: int) -> int:
+        """Claim writer ``key``'s entry (compare-and-swap on ``rev``: exactly one reaper
+        wins), close what it left open, then mark the claim closed. A failure between the
+        two leaves the claim open, and the next pass closes again (closing skips what is
+        already closed)."""
+        claim = {**record, "reaped": True, "by": self._bus.token, "at": time.time()}
+        claim.pop("closed", None)
+        try:
+            rev = await kv.update(key, json.dumps(claim).encode(), last=rev)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return 0  # renewed meanwhile, or another process reaps it
+        n = await self._close_open(record.get("open", {}), "worker lost")
+        if n:
+            logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
+        try:
+            await kv.update(key, json.dumps({**claim, "closed": True}).encode(), last=rev)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # taken over meanwhile: that reaper closes (again)
+        return n
 
     async def _writer_keys(self) -> list[str]:
         """The writers' entries, listed with one stream-info request (no consumer per
