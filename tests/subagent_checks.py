@@ -58,3 +58,35 @@ def assert_tree(bus: ts.EventBus, session: str = "s") -> list[ts.Event]:
             assert announced.parent_call_id == parent, f"{call_id} not under {parent}"
             assert index[id(terminal(events, call_id))] < index[id(finished)]
     return events
+
+
+def nesting_of(
+    events: list[ts.Event], parent: str = "call_r", agent: str | None = None
+) -> ts.RunStarted:
+    """The one sub-agent's ``run.started``, checking the tree: it is under call
+    ``parent`` of the top run, its events carry that call, and it ends before the call."""
+    sub = next(e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id)
+    outer = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
+    assert sub.parent_call_id == parent and sub.parent_run_id == outer.run_id
+    if agent is not None:
+        assert sub.agent == agent
+    for e in events:
+        if e.run_id == sub.run_id:
+            assert e.parent_call_id == parent, e
+    order = [e.id for e in events]
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    assert order.index(sub_end.id) < order.index(terminal(events, parent).id), "children first"
+    return sub
+
+
+def cancelled_innermost_first(
+    events: list[ts.Event], sub: ts.RunStarted, inner: str = "call_s", parent: str = "call_r"
+) -> None:
+    """The whole tree was cancelled: the inner call, the sub-run, the parent call and
+    every run, the inner call before its sub-run."""
+    assert terminal(events, inner).type == "tool.cancelled"
+    assert terminal(events, parent).type == "tool.cancelled"
+    assert {e.outcome for e in events if isinstance(e, ts.RunFinished)} == {"cancelled"}
+    order = [e.id for e in events]
+    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
+    assert order.index(terminal(events, inner).id) < order.index(sub_end.id)

@@ -14,6 +14,7 @@ from agents import Agent, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import toolstream as ts
+from tests import subagent_checks
 from tests.integration_checks import (
     SPOKEN,
     ai_sdk_part_states,
@@ -272,8 +273,6 @@ def test_the_sdks_own_failure_texts_are_failures() -> None:
 
 # -- sub-agents: Agent.as_tool() ------------------------------------------------------------
 
-TERMINALS = {"tool.completed", "tool.failed", "tool.cancelled", "tool.denied"}
-
 
 def delegating(*inner_turns: list[Any]) -> Agent[Any]:
     """An agent whose ``research`` tool is another agent (``as_tool``), followed with
@@ -296,22 +295,10 @@ def delegating(*inner_turns: list[Any]) -> Agent[Any]:
 
 
 def nesting_of(bus: ts.EventBus) -> tuple[ts.RunStarted, list[ts.Event]]:
-    """The sub-agent's ``run.started`` and every event, checking the tree: the sub-run's
-    events carry the parent call and end before it."""
+    """The sub-agent's ``run.started`` and every event, checking the tree."""
     events = events_of(bus)
     assert_lifecycle(events, compare=bus.compare)
-    sub = next(e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id)
-    outer = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
-    assert sub.parent_call_id == "call_r" and sub.parent_run_id == outer.run_id
-    assert sub.agent == "researcher"
-    for e in events:
-        if e.run_id == sub.run_id:
-            assert e.parent_call_id == "call_r", e
-    order = [e.id for e in events]
-    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
-    parent_end = next(e for e in events if e.call_id == "call_r" and e.type in TERMINALS)
-    assert order.index(sub_end.id) < order.index(parent_end.id), "children end first"
-    return sub, events
+    return subagent_checks.nesting_of(events, agent="researcher"), events
 
 
 async def test_an_agent_as_tool_is_a_sub_agent_of_the_call() -> None:
@@ -362,13 +349,7 @@ async def test_cancelling_the_outer_run_mid_sub_agent_closes_the_tree() -> None:
     await cancel_once_running(bus, "call_s", lambda: run(tracker, agent, "go"))
     tracker.close()
     sub, events = nesting_of(bus)
-    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
-    assert types_of(bus, "call_r")[-1] == "tool.cancelled"
-    assert {e.outcome for e in events if isinstance(e, ts.RunFinished)} == {"cancelled"}
-    order = [e.id for e in events]
-    inner_end = next(e for e in events if e.call_id == "call_s" and e.type in TERMINALS)
-    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
-    assert order.index(inner_end.id) < order.index(sub_end.id)
+    subagent_checks.cancelled_innermost_first(events, sub)
 
 
 async def test_without_on_stream_the_agent_tool_is_one_call() -> None:

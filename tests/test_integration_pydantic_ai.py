@@ -21,6 +21,7 @@ from pydantic_ai.models.function import (
 )
 
 import toolstream as ts
+from tests import subagent_checks
 from tests.integration_checks import (
     ai_sdk_part_states,
     cancel_once_running,
@@ -335,24 +336,10 @@ def delegating(inner: Agent[None, Any], *, per_run: ts.Tracker | None = None) ->
 
 
 def nesting_of(bus: ts.EventBus) -> tuple[ts.RunStarted, list[ts.Event]]:
-    """The sub-agent's ``run.started`` and every event; checks the tree's order: the
-    sub-run's events carry the parent call, and end before it."""
+    """The sub-agent's ``run.started`` and every event, checking the tree."""
     events = events_of(bus)
     assert_lifecycle(events, compare=bus.compare)
-    sub = next(e for e in events if isinstance(e, ts.RunStarted) and e.parent_call_id)
-    outer = next(e for e in events if isinstance(e, ts.RunStarted) and not e.parent_call_id)
-    assert sub.parent_call_id == "call_r" and sub.parent_run_id == outer.run_id
-    for e in events:
-        if e.run_id == sub.run_id:
-            assert e.parent_call_id == "call_r", e
-    order = [e.id for e in events]
-    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
-    parent_end = next(e for e in events if e.call_id == "call_r" and e.type in TERMINALS)
-    assert order.index(sub_end.id) < order.index(parent_end.id), "children end first"
-    return sub, events
-
-
-TERMINALS = {"tool.completed", "tool.failed", "tool.cancelled", "tool.denied"}
+    return subagent_checks.nesting_of(events), events
 
 
 @pytest.mark.parametrize("how", ["agent", "run"])
@@ -421,13 +408,7 @@ async def test_cancelling_the_outer_run_mid_sub_agent_closes_the_tree() -> None:
     )
     tracker.close()
     sub, events = nesting_of(bus)
-    assert types_of(bus, "call_s")[-1] == "tool.cancelled"
-    assert types_of(bus, "call_r")[-1] == "tool.cancelled"
-    assert {e.outcome for e in events if isinstance(e, ts.RunFinished)} == {"cancelled"}
-    order = [e.id for e in events]
-    inner_end = next(e for e in events if e.call_id == "call_s" and e.type in TERMINALS)
-    sub_end = next(e for e in events if isinstance(e, ts.RunFinished) and e.run_id == sub.run_id)
-    assert order.index(inner_end.id) < order.index(sub_end.id)
+    subagent_checks.cancelled_innermost_first(events, sub)
 
 
 async def test_a_sub_agents_approval_is_waited_for_inside_the_call() -> None:
