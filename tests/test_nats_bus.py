@@ -116,6 +116,15 @@ def test_bad_arguments(nats_server: NatsServer) -> None:
         NatsBus(nats_server.url, request_timeout=0)
 
 
+async def test_nats_bus_is_a_broker_bus_over_its_driver(nats_server: NatsServer) -> None:
+    from toolstream.broker import Broker, BrokerBus
+
+    async with make_bus(nats_server) as bus:
+        assert isinstance(bus, BrokerBus)
+        assert isinstance(bus.broker, Broker)
+        assert bus.broker.where.startswith("NATS at nats://127.0.0.1:")
+
+
 def test_unreachable_nats_is_a_clear_error() -> None:
     from tests.redis_server import free_port
     from toolstream.nats import NatsBus
@@ -192,6 +201,8 @@ async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> 
     """An acknowledgement can be lost after JetStream stored the message: writing the
     same batch again finds each message at the sequence it asked for and writes nothing
     twice (however long ago: not only within the deduplication window)."""
+    from toolstream._core.brokerstate import records
+
     bus = make_bus(nats_server)
     try:
         await bus.start()
@@ -200,14 +211,18 @@ async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> 
             for i in range(5)
         ]
         await bus.flush(timeout=5)
-        js = await bus._ready()
-        for ev in events:  # as if their acknowledgements had been lost
-            bus._asked[f"{bus.token}:{ev.id}"] = int(ev.id.rpartition("-")[2])
-        seqs = await bus._publish_all(js, events)
-        assert seqs == [int(e.id.rpartition("-")[2]) for e in events]
-        assert bus.stats.duplicates == 5
+        writer = bus.broker.writer
+        writer._written.clear()  # as if their acknowledgements had been lost
+        for ev in events:
+            writer._asked[f"{bus.token}:{ev.id}"] = int(ev.id.rpartition("-")[2])
+        got = await bus.broker.append("s", bus.token, records(events, bus.token))
+        assert got.codes == [1] * 5, got
+        js = await bus.broker.conn.ready()
         info = await js.stream_info(bus.prefix)
         assert info.state.messages == 5
+        # And again, with the high-water mark known: recognised without asking NATS.
+        again = await bus.broker.append("s", bus.token, records(events, bus.token))
+        assert again.codes == [1] * 5, again
     finally:
         await bus.aclose()
 
@@ -270,9 +285,11 @@ async def test_trimming_keeps_memory_bounded_and_resumes_exact(nats_server: Nats
             for i in range(200)
         ]
         await bus.flush(timeout=5)
-        js = await bus._ready()
-        info = await js.stream_info(bus.prefix)
-        assert info.state.messages <= 16 + 16, info.state.messages
+        js = await bus.broker.conn.ready()
+        # The checkpoints follow the writes (the flusher stores them once a batch is in).
+        with anyio.fail_after(5):
+            while (await js.stream_info(bus.prefix)).state.messages > 16 + 16:  # noqa: ASYNC110 - the server's count
+                await anyio.sleep(0.01)
         async with bus.subscribe(session="s", after=published[190].id) as sub:
             assert [e.id for e in await take(sub, 9)] == [e.id for e in published[191:]]
         async with bus.subscribe(session="s", after=published[3].id) as sub:
@@ -321,33 +338,54 @@ async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) ->
     await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, nats_server))
 
 
+def _lease_entry_writes(bus: Any, opened: ts.Event) -> tuple[Any, Any]:
+    """What writes a writer's lease entry: a batch that opens ``opened`` (registering it,
+    then writing the entry if it changed) and the lease's renewal."""
+    from toolstream._core.brokerstate import records
+
+    leases = bus.broker.leases
+    recs = records([opened], bus.token)
+
+    async def batch() -> None:
+        await leases.guard(bus.token, opened.session, recs)
+        await leases.settle(bus.token)
+
+    async def renew() -> None:
+        await leases.register(leases.writer(bus.token))
+
+    return batch, renew
+
+
+async def _open_calls(bus: Any) -> list[list[str]]:
+    import json
+
+    kv = await bus.broker.conn.kv(bus.names.writers)
+    entry = json.loads((await kv.get(bus.token)).value or b"{}")
+    return [c[:2] for c in entry["open"]["c"]]
+
+
 async def test_a_renewal_racing_a_batch_keeps_its_calls_in_the_lease(
     nats_server: NatsServer,
 ) -> None:
     """The lease renewal and the batch that opens a call write the lease entry at the
     same moment: the entry a reaper reads still names the call (it once lost it, and a
     killed worker's call stayed open for good while its run was closed)."""
-    import json
-
     bus = make_bus(nats_server, lease=5.0)
     try:
         await bus.start()
         bus.publish(ts.ToolCreated, session="s", call_id="first", tool="t")
         await bus.flush(timeout=5)
-        leases = bus._leases
         opened = bus.publish(ts.ToolStarted, session="s", call_id="hang", tool="t")
+        batch, renew = _lease_entry_writes(bus, opened)
         for _ in range(5):  # both orders, more than once
             async with anyio.create_task_group() as tg:
-                tg.start_soon(leases.guard, [opened])
-                tg.start_soon(leases.register)
-            kv = await bus.kv(bus.names.writers)
-            entry = json.loads((await kv.get(bus.token)).value or b"{}")
-            assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
+                tg.start_soon(batch)
+                tg.start_soon(renew)
+            assert ["s", "hang"] in await _open_calls(bus)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(leases.register)
-                tg.start_soon(leases.guard, [opened])
-            entry = json.loads((await kv.get(bus.token)).value or b"{}")
-            assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
+                tg.start_soon(renew)
+                tg.start_soon(batch)
+            assert ["s", "hang"] in await _open_calls(bus)
     finally:
         await bus.aclose()
 
@@ -358,10 +396,9 @@ async def test_a_batch_retried_after_a_failed_lease_write_registers_its_calls(
     """The lease write before a batch fails (NATS away): the batch is retried, and its
     retry writes the entry with its calls — not only the next renewal, which a worker
     killed meanwhile never makes. The reaper reads the session from the leader."""
-    import json
-
     import nats.errors
 
+    from toolstream._core.brokerstate import parse_state
     from toolstream.nats._common import RETRYABLE
 
     bus = make_bus(nats_server, lease=30.0)
@@ -369,26 +406,28 @@ async def test_a_batch_retried_after_a_failed_lease_write_registers_its_calls(
         await bus.start()
         bus.publish(ts.ToolCreated, session="s", call_id="first", tool="t")
         await bus.flush(timeout=5)
-        leases = bus._leases
+        leases = bus.broker.leases
         # The batch as the writer holds it (not published: the writer does not race us).
-        opened = ts.ToolStarted(id="-", session="s", ts=0.0, call_id="hang", tool="t")
-        write = leases._write_entry
+        opened = ts.ToolStarted(
+            id=f"{bus.epoch}-999999", session="s", ts=0.0, call_id="hang", tool="t"
+        )
+        batch, _ = _lease_entry_writes(bus, opened)
+        write = leases.write_entry
         failing = [True]
 
-        async def once_unreachable(kv: Any) -> int:
+        async def once_unreachable(kv: Any, writer: Any) -> int:
             if failing:
                 failing.clear()
                 raise nats.errors.TimeoutError
-            return int(await write(kv))
+            return int(await write(kv, writer))
 
-        monkeypatch.setattr(leases, "_write_entry", once_unreachable)
+        monkeypatch.setattr(leases, "write_entry", once_unreachable)
         with pytest.raises(RETRYABLE):
-            await leases.guard([opened])
-        await leases.guard([opened])  # the outbox's retry of the same batch
-        kv = await bus.kv(bus.names.writers)
-        entry = json.loads((await kv.get(bus.token)).value or b"{}")
-        assert ["s", "hang"] in [c[:2] for c in entry["open"]["c"]], entry
-        state = await bus._reader.read_state("s", leader=True)
+            await batch()
+        await batch()  # the outbox's retry of the same batch
+        assert ["s", "hang"] in await _open_calls(bus)
+        stored = await bus.broker.store.read_state("s", leader=True)
+        state = parse_state(stored, bus.epoch, max_finished=500, compare=bus.compare)
         assert "first" in state.folded().calls
     finally:
         await bus.aclose()
@@ -412,17 +451,17 @@ async def test_a_reaper_that_fails_while_closing_closes_at_its_next_pass(
             hung.ready(args={})
             hung.start()
             await worker.flush(timeout=5)
-            leases = gateway._leases
-            close = leases._close_open
+            leases = gateway.broker.leases
+            reap = leases.reap
             failing = [True]
 
-            async def fails_once(opened: Any, reason: str) -> int:
+            async def fails_once(*args: Any) -> int:
                 if failing:
                     failing.clear()
                     raise nats.errors.TimeoutError
-                return int(await close(opened, reason))
+                return int(await reap(*args))
 
-            monkeypatch.setattr(leases, "_close_open", fails_once)
+            monkeypatch.setattr(leases, "reap", fails_once)
             for task in worker._tasks:  # the worker stops renewing its lease (it hangs)
                 task.cancel()
             got = []
@@ -523,7 +562,7 @@ async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> No
 
 async def test_an_approval_request_written_during_a_read(nats_server: NatsServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, nats_server), "_get"
+        partial(make_bus, nats_server), "approval"
     )
 
 
@@ -550,7 +589,7 @@ async def test_a_connection_the_server_closes_is_made_again_and_flushed(
             assert isinstance((await take(sub, 1))[0], ts.StreamReset)
             # Fault injection on the bus's own connection: any command the server refuses
             # closes it; this one is the control line the issue's long names made.
-            nc = bus._nc
+            nc = bus.broker.conn.nc
             await nc.publish("probe." + "x" * 5000, b"")
             await eventually(lambda: nc.is_closed, within=10)
             tracker = ts.Tracker(bus, "s")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from toolstream._core.outbox import OutboxOverflow
 
-from ._bus import NatsBus, NatsBusStats
-from ._subscription import NatsSubscription
+from ._bus import NatsBus, NatsBusStats, NatsSubscription
 
 __all__ = ["NatsBus", "NatsBusStats", "NatsSubscription", "OutboxOverflow"]

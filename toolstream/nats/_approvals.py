@@ -1,7 +1,14 @@
-"""How ``NatsBus`` arbitrates approvals: each approval is one entry of the KV bucket
+"""How the NATS driver arbitrates approvals: each approval is one entry of the KV bucket
 ``<prefix>_ap``; a decision is a compare-and-swap on the entry's revision, so exactly
 one wins whichever process makes it; the winner then appends the resolution (and the
-denial) to the session and records where. A waiting tracker watches the entry."""
+denial) to the session and records where. A waiting tracker watches the entry.
+
+An entry holds ``st`` (``p`` pending, ``r`` resolved), ``meta`` (see
+:attr:`toolstream._core.driver.Record.meta`) and, once resolved, ``res`` (the
+resolution's event JSON), ``dec`` (the decision), ``den`` (the denial's event JSON, or
+null), ``rid`` (the resolution's sequence once appended) and, when a tracker resolved
+its own approval, ``mine`` (the id of its event).
+"""
 
 from __future__ import annotations
 
@@ -10,121 +17,87 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from toolstream._core.approvals import TIMEOUT_BY, Decision, resolution_variants
-from toolstream._core.codec import from_dict, to_dict
-from toolstream._core.errors import (
-    ApprovalAlreadyResolved,
-    ApprovalExpired,
-    ApprovalNotFound,
-    BusClosed,
-    BusUnavailable,
-)
-from toolstream._core.events import ApprovalRequested, ApprovalResolved, Event
-from toolstream._core.ids import make_id
+from toolstream._core.driver import ApprovalState, Record, Resolution, Variant
+from toolstream._core.jsonenc import dumps, loads
 
-from ._common import NATS_ERRORS, RETRYABLE, JetStreamContext, KeyValue, nats, session_token
-
-if TYPE_CHECKING:
-    from ._bus import NatsBus
+from ._common import NATS_ERRORS, RETRYABLE, JetStreamContext, KeyValue, Names, nats, session_token
+from ._connection import Link
 
 logger = logging.getLogger("toolstream.nats")
 
-__all__ = ["NatsArbiter"]
+__all__ = ["NatsApprovals", "Publish"]
+
+#: Publishes an event's stored JSON to a session directly (not through the writer's
+#: pipeline), with a message id when given; its sequence.
+Publish = Callable[[JetStreamContext, str, bytes, "str | None"], Awaitable[int]]
+
+_Entry = tuple[dict[str, Any], int]
 
 
-class NatsArbiter:
-    """The approvals of one :class:`~toolstream.nats.NatsBus` (see its
-    ``resolve_approval``, ``decision`` and ``wait_decision`` for the contract).
-
-    It talks to NATS through ``kv_of(bucket)`` and ``js_of()``: the bus's own connection
-    by default (and then it reads its own writes); another connection's (``snapshot()``
-    on a thread of its own) when given.
-    """
+class NatsApprovals:
+    """The approvals of one driver through ``link`` (the main connection, or a thread's
+    for the synchronous parts)."""
 
     def __init__(
         self,
-        bus: NatsBus,
+        link: Link,
+        names: Names,
+        publish: Publish,
         *,
-        kv_of: Callable[[str], Awaitable[KeyValue]] | None = None,
-        js_of: Callable[[], Awaitable[JetStreamContext]] | None = None,
+        connect_timeout: float,
     ) -> None:
-        self.bus = bus
-        self._kv_of = kv_of or bus.kv
-        self._js_of = js_of or bus._ready
-        self._own = kv_of is None  # on the bus's connection: its outbox is ours
+        self._link = link
+        self._names = names
+        self._publish = publish
+        self._connect_timeout = connect_timeout
+        # approval key -> (its watcher, when last used: time.monotonic()), in one loop
+        self._watchers: dict[str, tuple[Any, float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _kv(self) -> KeyValue:
-        try:
-            return await self._kv_of(self.bus.names.approvals)
-        except RETRYABLE as exc:
-            raise BusUnavailable(f"cannot reach NATS at {self.bus._where}: {exc}") from exc
+        return await self._link.kv(self._names.approvals)
 
-    async def _get(self, approval_id: str) -> tuple[dict[str, Any], int] | None:
+    async def _get(self, key: str) -> _Entry | None:
         kv = await self._kv()
         try:
-            entry = await kv.get(session_token(approval_id))
+            entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
-        except RETRYABLE as exc:
-            raise BusUnavailable(f"cannot reach NATS at {self.bus._where}: {exc}") from exc
         return json.loads(entry.value or b"{}"), entry.revision or 0
 
-    async def _entry(self, session: str, approval_id: str) -> tuple[dict[str, Any], int]:
-        bus = self.bus
-        if self._own:
-            got = await bus._outbox.read_own(
-                session, approval_id, lambda: self._get(approval_id), lambda: bus._closed
-            )
-        else:
-            got = await self._get(approval_id)
-        if got is None or got[0].get("meta", {}).get("s") != session:
-            raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-        return got
+    # -- what the writer does, before and after writing a batch --------------------------
 
-    # -- what the writer's flusher does ----------------------------------------------------
-
-    async def record(self, ev: ApprovalRequested) -> None:
-        """An approval is requested: its entry is created pending (before the event is
-        written, so a decider that sees the event finds the entry)."""
-        meta = {
-            "s": ev.session,
-            "exp": ev.expires_at,
-            "running": ev.running,
-            "cid": ev.call_id,
-            "env": [ev.run_id, ev.call_id, ev.tool, ev.parent_call_id],
-            "w": self.bus.token,
-        }
-        kv = await self._kv_of(self.bus.names.approvals)
+    async def record(self, rec: Record) -> None:
+        """An approval is requested (``"A"``): its entry is created pending before the
+        event is written, so a decider that sees the event finds the entry."""
+        kv = await self._kv()
+        blob = json.dumps({"st": "p", "meta": rec.meta}).encode()
         try:
-            await kv.create(
-                session_token(ev.approval_id), json.dumps({"st": "p", "meta": meta}).encode()
-            )
+            await kv.create(session_token(rec.approval_id), blob)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass  # a retried batch: recorded already
 
-    async def own(self, ev: ApprovalResolved) -> bool:
-        """A tracker resolves its own approval (its call was cancelled): it wins only
-        while the approval is pending; False if it was decided first (drop the event)."""
-        kv = await self._kv_of(self.bus.names.approvals)
-        key = session_token(ev.approval_id)
+    async def own(self, rec: Record) -> bool:
+        """A tracker resolves its own approval (``"R"``, its call was cancelled): it wins
+        only while the approval is pending; False if it was decided first (drop it)."""
+        kv = await self._kv()
+        key = session_token(rec.approval_id)
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return True
         record = json.loads(entry.value or b"{}")
         if record.get("st") != "p":
-            return bool(record.get("mine") == ev.id)  # our own earlier attempt
-        data = to_dict(ev)
-        del data["id"]
+            return bool(record.get("mine") == rec.event.id)  # our own earlier attempt
         record.update(
             st="r",
-            res=data,
+            res=loads(rec.blob),
             dec={"approved": False, "by": "cancelled"},
             den=None,
             rid=None,
-            mine=ev.id,
+            mine=rec.event.id,
         )
         try:
             await kv.update(key, json.dumps(record).encode(), last=entry.revision)
@@ -132,10 +105,10 @@ class NatsArbiter:
             return False
         return True
 
-    async def written(self, ev: ApprovalResolved, seq: int) -> None:
+    async def written(self, rec: Record, seq: int) -> None:
         """Where a tracker's own resolution landed (for a later loser's error)."""
-        kv = await self._kv_of(self.bus.names.approvals)
-        key = session_token(ev.approval_id)
+        kv = await self._kv()
+        key = session_token(rec.approval_id)
         try:
             entry = await kv.get(key)
             record = json.loads(entry.value or b"{}")
@@ -145,204 +118,165 @@ class NatsArbiter:
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyWrongLastSequenceError):
             pass
 
-    async def ended(self, session: str, approval_id: str) -> bool:
-        """Whether approval ``approval_id`` ended its call (a denial written elsewhere)."""
-        got = await self._get(approval_id)
+    async def ended(self, approval_id: str) -> bool:
+        """Whether the approval ended its call (a denial written elsewhere)."""
+        got = await self._get(session_token(approval_id))
         return got is not None and got[0].get("st") == "r" and bool(got[0].get("den"))
 
-    # -- deciding ------------------------------------------------------------------------
-
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        approved: bool,
-        by: str | None,
-        reason: str | None,
-        edited: dict[str, Any] | None,
-        ends_call: bool,
-    ) -> ApprovalResolved:
-        """Decide an approval (``edited``: checked already): pick among this decision
-        and what wins instead (expired meanwhile, the call closed by a reaper), swap it
-        into the entry if it is still pending, then append its events."""
-        bus = self.bus
-        if bus._closed:
-            raise BusClosed("the bus is closed")
-        kv = await self._kv()
-        key = session_token(approval_id)
-        while True:
-            record, rev = await self._entry(session, approval_id)
-            if record.get("st") != "p":
-                raise ApprovalAlreadyResolved(
-                    f"approval {approval_id!r} was already decided",
-                    resolution=await self._resolution(session, approval_id),
-                )
-            meta = record["meta"]
-            run_id, call_id, tool, parent = meta["env"]
-            envelope = {
-                "session": session,
-                "run_id": run_id,
-                "call_id": call_id,
-                "tool": tool,
-                "parent_call_id": parent,
-            }
-            variants = resolution_variants(
-                bus.payload,
-                bus._clock,
-                approval_id,
-                envelope,
-                not meta.get("running", False),
-                (approved, by, reason, edited, ends_call),
-            )
-            outcome, pick = "ok", 0
-            if await self._reaped(meta):
-                outcome, pick = "resolved", 2
-            elif by != TIMEOUT_BY and meta.get("exp") is not None and bus._clock() >= meta["exp"]:
-                outcome, pick = "expired", 1
-            res, dec, den = variants[pick]
-            record.update(st="r", res=res, dec=dec, den=den, rid=None)
-            try:
-                rev = await kv.update(key, json.dumps(record).encode(), last=rev)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue  # decided meanwhile: the loop answers with the winner
-            except RETRYABLE as exc:
-                raise BusUnavailable(f"cannot reach NATS at {bus._where}: {exc}") from exc
-            break
-        event = await self._append(session, approval_id, record, rev)
-        if outcome == "resolved":
-            raise ApprovalAlreadyResolved(
-                f"approval {approval_id!r} was already decided", resolution=event
-            )
-        if outcome == "expired":
-            raise ApprovalExpired(f"approval {approval_id!r} expired", resolution=event)
-        return event
-
-    async def _reaped(self, meta: dict[str, Any]) -> bool:
-        """Whether a reaper closed the call (its writer was lost)."""
-        kv = await self._kv_of(self.bus.names.writers)
+    async def _reaped(self, token: str, call_id: str) -> bool:
+        """Whether a reaper claimed writer ``token`` with call ``call_id`` open (it closed
+        the call: a decision on its approval cannot win)."""
+        kv = await self._link.kv(self._names.writers)
         try:
-            entry = await kv.get(meta.get("w", ""))
+            entry = await kv.get(token)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.InvalidKeyError):
             return False
         record = json.loads(entry.value or b"{}")
         if not record.get("reaped"):
             return False
-        calls = record.get("open", {}).get("c", [])
-        return any(c[1] == meta.get("cid") for c in calls)
+        return any(c[1] == call_id for c in record.get("open", {}).get("c", []))
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    async def approval(self, session: str, approval_id: str) -> ApprovalState | None:
+        """The approval, or None when unknown or another session's. A decided approval
+        whose resolution is not in the stream yet reads as decided only once it is (its
+        decider appends it, or this process does if the decider went away): the tool
+        must not go on before the resolution is written, or its own events would come
+        first."""
+        got = await self._of(session, approval_id)
+        if got is None:
+            return None
+        record, _ = got
+        if record.get("st") == "p":
+            return ApprovalState("p", record["meta"], None)
+        if record.get("rid") is None and not record.get("mine"):
+            await self._resolution(session, approval_id)
+        return ApprovalState("r", record["meta"], record.get("dec") or {})
+
+    async def _of(self, session: str, approval_id: str) -> _Entry | None:
+        got = await self._get(session_token(approval_id))
+        if got is None or got[0].get("meta", {}).get("s") != session:
+            return None
+        return got
+
+    async def resolve(
+        self,
+        session: str,
+        approval_id: str,
+        now: float,
+        by_timeout: bool,
+        variants: list[Variant],
+    ) -> Resolution:
+        """Decide an approval: pick among the decision and what wins instead (expired
+        meanwhile, the call closed by a reaper), swap it into the entry if it is still
+        pending (compare-and-swap: one winner), then append its events."""
+        kv = await self._kv()
+        key = session_token(approval_id)
+        while True:
+            got = await self._of(session, approval_id)
+            if got is None:
+                return Resolution("notfound", "", 0)
+            record, rev = got
+            if record.get("st") != "p":
+                blob, seq = await self._resolution(session, approval_id)
+                return Resolution("resolved", blob, seq)
+            meta = record["meta"]
+            outcome: Any = "ok"
+            pick = 0
+            if await self._reaped(meta.get("w", ""), meta.get("cid", "")):
+                outcome, pick = "resolved", 2
+            elif not by_timeout and meta.get("exp") is not None and now >= meta["exp"]:
+                outcome, pick = "expired", 1
+            res, dec, den = variants[pick]
+            record.update(
+                st="r", res=loads(res), dec=loads(dec), den=loads(den) if den else None, rid=None
+            )
+            try:
+                rev = await kv.update(key, json.dumps(record).encode(), last=rev)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue  # decided meanwhile: the loop answers with the winner
+            break
+        seq = await self._append(session, approval_id, record, rev)
+        return Resolution(outcome, res, seq)
 
     async def _append(
         self, session: str, approval_id: str, record: dict[str, Any], rev: int
-    ) -> ApprovalResolved:
-        """Write a decided entry's events (idempotent: message ids) and record where."""
-        bus = self.bus
-        js = await self._js_of()
+    ) -> int:
+        """Write a decided entry's events (once: message ids) and record where."""
+        js = await self._link.js()
         key = session_token(approval_id)
-        try:
-            rid = await bus._publish_raw(js, session, record["res"], f"ap:{key}:res")
-            if record.get("den"):
-                await bus._publish_raw(js, session, record["den"], f"ap:{key}:den")
-        except RETRYABLE as exc:
-            raise BusUnavailable(f"cannot reach NATS at {bus._where}: {exc}") from exc
+        rid = await self._publish(js, session, dumps(record["res"]).encode(), f"ap:{key}:res")
+        if record.get("den"):
+            await self._publish(js, session, dumps(record["den"]).encode(), f"ap:{key}:den")
         record["rid"] = rid
         kv = await self._kv()
         try:
             await kv.update(key, json.dumps(record).encode(), last=rev)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass  # another process completed it first: same events, same place
-        return self._event(record, rid)
+        return rid
 
-    def _event(self, record: dict[str, Any], rid: int) -> ApprovalResolved:
-        event = from_dict({**record["res"], "id": make_id(self.bus.epoch, rid)})
-        assert isinstance(event, ApprovalResolved)
-        return event
-
-    async def _resolution(self, session: str, approval_id: str) -> ApprovalResolved:
-        """The winning resolution with its id: waits (briefly) for the winner to append
-        it, and appends it itself if the winner went away in between."""
-        deadline = time.monotonic() + self.bus.connect_timeout
+    async def _resolution(self, session: str, approval_id: str) -> tuple[str, int]:
+        """The winning resolution's JSON and sequence: waits (briefly) for the winner to
+        append it, and appends it itself if the winner went away in between."""
+        deadline = time.monotonic() + self._connect_timeout
         while True:
-            record, rev = await self._entry(session, approval_id)
+            got = await self._of(session, approval_id)
+            if got is None:  # pragma: no cover - an entry is never deleted while decided
+                return "", 0
+            record, rev = got
             rid = record.get("rid")
             if rid is not None:
-                return self._event(record, int(rid))
+                return dumps(record["res"]), int(rid)
             if time.monotonic() >= deadline:
-                return await self._append(session, approval_id, record, rev)
+                return dumps(record["res"]), await self._append(session, approval_id, record, rev)
             await asyncio.sleep(0.02)
 
-    async def decision(self, session: str, approval_id: str) -> Decision | None:
-        """The decision on an approval (the real edited args), or None while pending;
-        past its expiry it is resolved by timeout first."""
-        bus = self.bus
-        record, _ = await self._entry(session, approval_id)
-        if record.get("st") == "p":
-            expires = record["meta"].get("exp")
-            if expires is None or bus._clock() < expires:
-                return None
-            try:
-                await self.resolve(session, approval_id, False, TIMEOUT_BY, None, None, True)
-            except (ApprovalAlreadyResolved, ApprovalExpired):
-                pass
-            record, _ = await self._entry(session, approval_id)
-        if record.get("rid") is None and not record.get("mine"):
-            # Decided, but the decider has not appended the resolution yet: the tool
-            # must not go on before it is in the stream (its own events would come
-            # first). Wait for it — or append it, if the decider went away.
-            await self._resolution(session, approval_id)
-        dec = record.get("dec") or {}
-        args = dec.get("args")
-        return Decision(
-            approval_id=approval_id,
-            approved=bool(dec.get("approved")),
-            by=dec.get("by"),
-            reason=dec.get("reason"),
-            args=args if isinstance(args, dict) else None,
-        )
-
-    async def wait(self, session: str, approval_id: str) -> Decision:
-        """Wait for the decision, woken by a watch on the approval's entry."""
-        bus = self.bus
-        bus._start_here()  # our request is written (``_entry`` waits for it)
-        watcher = None
+    async def wait(self, session: str, approval_id: str, timeout: float) -> None:
+        """Return when the approval's entry changed (a watch on it, kept from one call to
+        the next while it is pending), or after ``timeout``."""
+        key = session_token(approval_id)
+        now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # watchers of another loop are that loop's
+            self._watchers, self._loop = {}, loop
+        for other, (_, used) in list(self._watchers.items()):
+            if other != key and now - used > 30.0:
+                await self._unwatch(other)
+        held = self._watchers.get(key)
         try:
-            while True:
-                try:
-                    kv = await self._kv()
-                    decision = await self.decision(session, approval_id)
-                except BusUnavailable as exc:
-                    # Nobody can decide while NATS is away: the wait goes on (bounded
-                    # by the approval's expiry or the caller's cancel scope).
-                    logger.debug("waiting for a decision: %s", exc)
-                    watcher = None
-                    await asyncio.sleep(0.2)
-                    if bus._closed:
-                        raise BusClosed(
-                            f"the bus closed before approval {approval_id!r} was decided"
-                        ) from None
-                    continue
-                if decision is not None:
-                    return decision
-                if bus._closed:
-                    raise BusClosed(f"the bus closed before approval {approval_id!r} was decided")
-                try:
-                    if watcher is None:
-                        watcher = await kv.watch(session_token(approval_id))
-                    await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
-                except (nats.errors.TimeoutError, TimeoutError):
-                    pass
-                except RETRYABLE as exc:
-                    logger.debug("waiting for a decision: %s", exc)
-                    watcher = None
-                    await asyncio.sleep(0.1)
-        finally:
-            if watcher is not None:
-                try:
-                    await watcher.stop()  # type: ignore[no-untyped-call]
-                except NATS_ERRORS:
-                    pass
+            if held is None:
+                kv = await self._kv()
+                watcher = await kv.watch(key)
+            else:
+                watcher = held[0]
+            self._watchers[key] = (watcher, now)
+            deadline = now + timeout
+            while True:  # (None marks the end of the watch's first values: not news)
+                left = max(0.0, deadline - time.monotonic())
+                entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
+                if entry is not None:
+                    break
+        except (nats.errors.TimeoutError, TimeoutError):
+            return
+        except RETRYABLE:
+            await self._unwatch(key)
+            raise
+        if entry.value and json.loads(entry.value).get("st") == "r":
+            await self._unwatch(key)  # decided: nothing more to wait for
 
+    async def _unwatch(self, key: str) -> None:
+        held = self._watchers.pop(key, None)
+        if held is not None:
+            try:
+                await held[0].stop()
+            except NATS_ERRORS:
+                pass
 
-def event_json(ev: Event) -> dict[str, Any]:
-    """An event as stored: its native JSON without its id."""
-    data = to_dict(ev)
-    del data["id"]
-    return data
+    async def aclose(self) -> None:
+        """Stop the watchers (those of the running loop)."""
+        if self._loop is asyncio.get_running_loop():
+            for key in list(self._watchers):
+                await self._unwatch(key)
+        self._watchers = {}

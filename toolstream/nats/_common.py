@@ -1,5 +1,6 @@
-"""What the NATS bus and its subscriptions share: the client library, the retryable
-errors, and how a session becomes one subject token."""
+"""What the parts of the NATS driver share: the client library, the retryable errors,
+how a session becomes one subject token, the publish pipeline, the names of one
+prefix's stream and buckets, and ephemeral consumers."""
 
 from __future__ import annotations
 
@@ -12,10 +13,7 @@ from typing import Any
 
 import attrs
 
-from toolstream._core.broker import SessionState
-from toolstream._core.codec import from_dict
-from toolstream._core.errors import BusUnavailable, EventDecodeError
-from toolstream._core.events import Event
+from toolstream._core.errors import BusUnavailable
 from toolstream._core.jsonenc import loads
 from toolstream._extras import require
 
@@ -40,13 +38,12 @@ __all__ = [
     "KeyValue",
     "Msg",
     "NatsClient",
-    "SessionState",
-    "decode_message",
     "js_api",
     "drop_consumer",
     "ephemeral_consumer",
     "kv_handle",
     "nats",
+    "redact",
     "session_token",
     "token_session",
 ]
@@ -108,15 +105,12 @@ def token_session(token: str) -> str:
     return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", "surrogatepass")
 
 
-def decode_message(epoch: str, seq: int, data: bytes) -> Event | None:
-    """The event stored at stream sequence ``seq`` (None, logged, if it is malformed)."""
-    try:
-        fields = loads(data)
-        fields["id"] = f"{epoch}-{seq}"
-        return from_dict(fields)
-    except (KeyError, ValueError, TypeError, EventDecodeError) as exc:
-        logger.warning("skipped a malformed message at sequence %d: %s", seq, exc)
-        return None
+def redact(url: str) -> str:
+    """``url`` with its password or token hidden, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        return f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return url
 
 
 def api_code(exc: BaseException) -> int | None:

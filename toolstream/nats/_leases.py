@@ -1,11 +1,14 @@
-"""NatsLeases: this process as a writer of a NatsBus — its lease, the calls and runs it
-left open, fencing — and the reaper of the writers that were lost and of expired sessions.
+"""NatsLeases: the writers of a NatsBroker — each writer's lease entry, the calls and runs
+it left open, fencing — and the reaping of the writers that were lost and of expired
+sessions.
 
 The ``<prefix>_w`` KV bucket holds one entry per writer: its lease length and what it
-left open, renewed by compare-and-swap. A writer whose entry has not changed for its
+left open (``{"lease": s, "open": {"c": [[session, call, tool, run]...], "r": [[session,
+run]...]}}``), renewed by compare-and-swap. A writer whose entry has not changed for its
 lease (as the reaper's own clock measures) is claimed by exactly one reaper (compare-
-and-swap again), which closes what it left open; the writer, if it was only stalled,
-finds its entry claimed at its next write and drops its later events of those calls.
+and-swap again: ``reaped``, ``by``, ``at``), which closes what it left open, then marks
+the claim ``closed``; the writer, if it was only stalled, finds its entry claimed at its
+next write and drops its later events of those calls.
 """
 
 from __future__ import annotations
@@ -13,158 +16,230 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from toolstream._core.broker import ENDS_CALL, OPENS_CALL
-from toolstream._core.events import (
-    ApprovalRequested,
-    ErrorInfo,
-    Event,
-    RunFinished,
-    RunStarted,
-    ToolCancelled,
-)
+from toolstream._core.brokerstate import parse_state
+from toolstream._core.codec import to_dict
+from toolstream._core.driver import Record
+from toolstream._core.events import ErrorInfo, Event, RunFinished, ToolCancelled
+from toolstream._core.ids import compare_ids
+from toolstream._core.jsonenc import dumps
 
-from ._approvals import event_json
-from ._common import RETRYABLE, JetStreamContext, KeyValue, nats, token_session
-
-if TYPE_CHECKING:
-    from ._bus import NatsBus
+from ._approvals import NatsApprovals, Publish
+from ._common import KeyValue, nats, token_session
+from ._connection import NatsConnection
+from ._reading import NatsStore
 
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = ["NatsLeases"]
 
 
-class _Opened:
-    """What this writer left open (closed by a reaper if it is lost), as registered."""
+class _Writer:
+    """One writer of this process: what it left open (closed by a reaper if it is lost),
+    as registered in its lease entry, and what was closed for it elsewhere."""
 
-    def __init__(self) -> None:
+    def __init__(self, token: str, lease: float) -> None:
+        self.token = token
+        self.lease = lease
         self.calls: dict[tuple[str, str], tuple[str, str]] = {}  # (session, call) -> tool, run
         self.runs: set[tuple[str, str]] = set()
+        self.rev = 0  # the lease entry's revision (0: none yet)
+        self.renewed = 0.0  # time.monotonic() of the last successful lease write
+        self.dirty = False  # the open set changed since the entry was last written
+        self.dropped = False  # gave up its lease: never renewed again
+        self.fenced: set[tuple[str, str, str]] = set()  # ("c"/"r", session, id)
+        self.gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
+        self.writing = asyncio.Lock()  # one lease entry write at a time
 
-    def as_json(self) -> dict[str, Any]:
-        return {
+    def entry(self) -> bytes:
+        opened = {
             "c": [[s, c, t, r] for (s, c), (t, r) in self.calls.items()],
             "r": [[s, r] for s, r in self.runs],
         }
+        return json.dumps({"lease": self.lease, "open": opened}).encode()
+
+    def is_fenced(self, session: str, rec: Record) -> bool:
+        fenced = self.fenced
+        if not fenced:
+            return False
+        if rec.call_id and ("c", session, rec.call_id) in fenced:
+            return True
+        return rec.kind == "f" and ("r", session, rec.run_id) in fenced
+
+
+def _sessions(record: dict[str, Any]) -> list[str]:
+    opened = record.get("open", {})
+    return sorted({c[0] for c in opened.get("c", [])} | {r[0] for r in opened.get("r", [])})
 
 
 class NatsLeases:
-    """The lease side of one :class:`~toolstream.nats.NatsBus`: what this process opened
-    (``track``), what was closed for it elsewhere (``is_fenced``, ``denied``), its lease
-    entry (``guard`` before each batch, ``run`` to renew it), and reaping."""
+    """Leases, fencing and reaping of one driver (see the module's docstring)."""
 
-    def __init__(self, bus: NatsBus) -> None:
-        self._bus = bus
-        self._opened = _Opened()
-        self._registered_rev = 0  # our lease entry's revision (0: none yet)
-        self._renewed = 0.0  # monotonic time of the last successful lease write
-        self._fenced: set[tuple[str, str, str]] = set()  # ("c"/"r", session, id)
-        self._gated: dict[tuple[str, str], str] = {}  # (session, call) -> approval id
+    def __init__(
+        self,
+        conn: NatsConnection,
+        store: NatsStore,
+        approvals: NatsApprovals,
+        publish: Publish,
+        *,
+        lease: float,
+        session_ttl: float,
+    ) -> None:
+        self._conn = conn
+        self._store = store
+        self._approvals = approvals
+        self._publish = publish
+        self.lease = lease
+        self.session_ttl = session_ttl
+        self._writers: dict[str, _Writer] = {}
+        #: The token of the process's bus (claims are signed with it).
+        self.me = secrets.token_hex(8)
         self._seen: dict[str, tuple[int, float]] = {}  # writer -> (revision, since)
+        self._judged: dict[str, tuple[dict[str, Any], int]] = {}  # lost: (entry, revision)
+        self._claims: dict[str, tuple[dict[str, Any], int]] = {}  # claimed: (claim, revision)
+        self._reaped_at = 0.0  # time.monotonic() of the last reaper pass
         self._janitor_at = 0.0
-        self._reaped_at = 0.0  # monotonic time of the last reaper pass
-        self._writing = asyncio.Lock()  # one lease entry write at a time
-        self._dirty = False  # the open set changed since the entry was last written
 
-    @property
-    def registered(self) -> bool:
-        """Whether this process holds a lease entry."""
-        return bool(self._registered_rev)
+    def writer(self, token: str) -> _Writer:
+        """This process's writer ``token``."""
+        writer = self._writers.get(token)
+        if writer is None:
+            writer = self._writers[token] = _Writer(token, self.lease)
+            self.me = token
+        return writer
 
-    def track(self, ev: Event) -> None:
-        """Keep the open calls and runs up to date with an event written."""
-        session, cid = ev.session, ev.call_id
-        if isinstance(ev, OPENS_CALL) and cid:
-            self._opened.calls.setdefault((session, cid), (ev.tool or "", ev.run_id or ""))
-        elif isinstance(ev, ENDS_CALL) and cid:
-            self._opened.calls.pop((session, cid), None)
-            self._gated.pop((session, cid), None)
-        elif isinstance(ev, RunStarted) and ev.run_id:
-            self._opened.runs.add((session, ev.run_id))
-        elif isinstance(ev, RunFinished) and ev.run_id:
-            self._opened.runs.discard((session, ev.run_id))
-        if isinstance(ev, ApprovalRequested) and cid:
-            self._gated[(session, cid)] = ev.approval_id
+    async def _kv(self) -> KeyValue:
+        return await self._conn.kv(self._conn.names.writers)
 
-    def is_fenced(self, ev: Event) -> bool:
-        """Whether ``ev`` belongs to a call or run closed for this process elsewhere."""
-        fenced = self._fenced
-        if not fenced:
-            return False
-        if ev.call_id and ("c", ev.session, ev.call_id) in fenced:
-            return True
-        return isinstance(ev, RunFinished) and ("r", ev.session, ev.run_id or "") in fenced
+    # -- the writer's side ---------------------------------------------------------------
 
-    async def guard(self, batch: Sequence[Event]) -> None:
-        """Before a batch: register the calls and runs it opens (so a reaper can close
-        them if this process dies), and renew the lease if it is half-way out — a
-        writer that finds its lease taken learns which calls were closed for it.
+    async def guard(self, token: str, session: str, records: Sequence[Record]) -> None:
+        """Before writing ``records``: register the calls and runs they open (so a reaper
+        can close them if this process dies), and renew the lease if it is half-way out
+        — a writer that finds its lease taken learns which calls were closed for it.
 
-        What the batch opens joins the open set at once (not when it is written): a
-        renewal racing this batch then writes it too, never an entry without it."""
-        for ev in batch:
-            if isinstance(ev, OPENS_CALL) and ev.call_id and not self.is_fenced(ev):
-                key = (ev.session, ev.call_id)
-                if key not in self._opened.calls:
-                    self._opened.calls[key] = (ev.tool or "", ev.run_id or "")
-                    self._dirty = True
-            elif isinstance(ev, RunStarted) and ev.run_id:
-                key = (ev.session, ev.run_id)
-                if key not in self._opened.runs:
-                    self._opened.runs.add(key)
-                    self._dirty = True
-        stale = time.monotonic() - self._renewed > self._bus.lease / 2
-        # Dirty until a write lands: a batch retried after a failed write registers again.
-        if self._dirty or stale or not self._registered_rev:
-            await self.register()
+        What a batch opens joins the open set at once (not when it is written): a
+        renewal racing the batch then writes it too, never an entry without it."""
+        writer = self.writer(token)
+        for rec in records:
+            if rec.kind == "o" and rec.call_id and not writer.is_fenced(session, rec):
+                key = (session, rec.call_id)
+                if key not in writer.calls:
+                    writer.calls[key] = (rec.tool, rec.run_id)
+                    writer.dirty = True
+            elif rec.kind == "r" and rec.run_id:
+                run = (session, rec.run_id)
+                if run not in writer.runs:
+                    writer.runs.add(run)
+                    writer.dirty = True
 
-    async def register(self) -> None:
-        """Write this writer's lease entry (compare-and-swap on its revision), one write
-        at a time: the batch writer and the renewal never race each other's entry."""
-        async with self._writing:
-            kv = await self._bus.kv(self._bus.names.writers)
-            dirty, self._dirty = self._dirty, False  # what changes from here is written next
+    async def settle(self, token: str) -> None:
+        """Write the lease entry if what it holds changed, or it is half-way out (after
+        :meth:`guard` for every session of a batch). Dirty until a write lands: a batch
+        retried after a failed write registers again."""
+        writer = self.writer(token)
+        stale = time.monotonic() - writer.renewed > writer.lease / 2
+        if writer.dirty or stale or not writer.rev:
+            await self.register(writer)
+
+    def is_fenced(self, token: str, session: str, rec: Record) -> bool:
+        """Whether ``rec`` belongs to a call or run closed for this writer elsewhere."""
+        return self.writer(token).is_fenced(session, rec)
+
+    def track(self, token: str, session: str, rec: Record) -> None:
+        """Keep the open calls and runs up to date with a record written."""
+        writer = self.writer(token)
+        cid = rec.call_id
+        kind = rec.kind
+        if kind == "o" and cid:
+            writer.calls.setdefault((session, cid), (rec.tool, rec.run_id))
+        elif kind == "t" and cid:
+            writer.calls.pop((session, cid), None)
+            writer.gated.pop((session, cid), None)
+        elif kind == "r" and rec.run_id:
+            writer.runs.add((session, rec.run_id))
+        elif kind == "f" and rec.run_id:
+            writer.runs.discard((session, rec.run_id))
+        elif kind == "A" and cid:
+            writer.gated[(session, cid)] = rec.approval_id
+
+    async def denied(self, token: str, session: str, records: Sequence[Record]) -> bool:
+        """Fence the calls of ``records`` whose approval was denied elsewhere (their later
+        events are dropped); True if any was."""
+        writer = self.writer(token)
+        any_fenced = False
+        checked: set[str] = set()
+        for rec in records:
+            key = (session, rec.call_id)
+            aid = writer.gated.get(key)
+            if aid is None or rec.call_id in checked or rec.kind == "A":
+                continue
+            checked.add(rec.call_id)
+            if await self._approvals.ended(aid):
+                writer.fenced.add(("c", session, rec.call_id))
+                writer.calls.pop(key, None)
+                writer.gated.pop(key, None)
+                any_fenced = True
+        return any_fenced
+
+    async def hold(self, token: str, lease: float) -> None:
+        """Renew writer ``token``'s lease (unless it was given up, or renewed moments ago
+        with nothing changed)."""
+        writer = self.writer(token)
+        writer.lease = lease
+        if writer.dropped:
+            return
+        if writer.dirty or time.monotonic() - writer.renewed > lease / 6 or not writer.rev:
+            await self.register(writer)
+
+    def drop(self, token: str) -> None:
+        """Writer ``token`` stops writing: its entry is not renewed again (a claim of it
+        still finds what it left open)."""
+        self.writer(token).dropped = True
+
+    async def register(self, writer: _Writer) -> None:
+        """Write the writer's lease entry (compare-and-swap on its revision), one write at
+        a time: the batch writer and the renewal never race each other's entry."""
+        async with writer.writing:
+            kv = await self._kv()
+            dirty, writer.dirty = writer.dirty, False  # what changes from here is written next
             try:
-                rev = await self._write_entry(kv)
+                rev = await self.write_entry(kv, writer)
             except BaseException:
-                self._dirty = self._dirty or dirty
+                writer.dirty = writer.dirty or dirty
                 raise
-            self._registered_rev = rev
-            self._renewed = time.monotonic()
+            writer.rev = rev
+            writer.renewed = time.monotonic()
 
-    async def _write_entry(self, kv: KeyValue) -> int:
+    async def write_entry(self, kv: KeyValue, writer: _Writer) -> int:
         """Create or update the entry; its new revision."""
         try:
-            if self._registered_rev:
-                return await kv.update(self._bus.token, self._entry(), last=self._registered_rev)
-            return await kv.create(self._bus.token, self._entry())
+            if writer.rev:
+                return await kv.update(writer.token, writer.entry(), last=writer.rev)
+            return await kv.create(writer.token, writer.entry())
         except nats.js.errors.KeyWrongLastSequenceError:
-            return await self._fenced_out(kv)
+            return await self._fenced_out(kv, writer)
 
-    def _entry(self) -> bytes:
-        """This writer's lease entry: its lease length and what it left open."""
-        return json.dumps({"lease": self._bus.lease, "open": self._opened.as_json()}).encode()
-
-    async def _fenced_out(self, kv: KeyValue) -> int:
-        """Our lease entry changed under us: a reaper closed our calls. Learn which (their
-        later events are dropped) and register again."""
+    async def _fenced_out(self, kv: KeyValue, writer: _Writer) -> int:
+        """The entry changed under us: a reaper closed our calls. Learn which (their later
+        events are dropped) and register again."""
         try:
-            entry = await kv.get(self._bus.token)
+            entry = await kv.get(writer.token)
             record = json.loads(entry.value or b"{}")
             rev = entry.revision or 0
         except nats.js.errors.KeyNotFoundError:
             record, rev = {}, 0
-        if record.get("reaped") and record.get("by") != self._bus.token:
+        if record.get("reaped") and record.get("by") != writer.token:
             for s, c, *_ in record.get("open", {}).get("c", []):
-                self._fenced.add(("c", s, c))
-                self._opened.calls.pop((s, c), None)
+                writer.fenced.add(("c", s, c))
+                writer.calls.pop((s, c), None)
             for s, r in record.get("open", {}).get("r", []):
-                self._fenced.add(("r", s, r))
-                self._opened.runs.discard((s, r))
+                writer.fenced.add(("r", s, r))
+                writer.runs.discard((s, r))
             logger.error(
                 "this process's lease ran out and %s closed its open calls: their later "
                 "events are dropped",
@@ -172,74 +247,37 @@ class NatsLeases:
             )
         # else: our own earlier write landed though its reply was lost (a reconnection)
         if rev:
-            return await kv.update(self._bus.token, self._entry(), last=rev)
-        return await kv.create(self._bus.token, self._entry())
+            return await kv.update(writer.token, writer.entry(), last=rev)
+        return await kv.create(writer.token, writer.entry())
 
-    async def denied(self, events: Sequence[Event]) -> bool:
-        """Fence the calls of ``events`` whose approval was denied elsewhere (their
-        later events are dropped); True if any was."""
-        any_fenced = False
-        checked: set[tuple[str, str]] = set()
-        for ev in events:
-            key = (ev.session, ev.call_id or "")
-            aid = self._gated.get(key)
-            if aid is None or key in checked or isinstance(ev, ApprovalRequested):
-                continue
-            checked.add(key)
-            if await self._bus._arbiter.ended(ev.session, aid):
-                self._fenced.add(("c", ev.session, ev.call_id or ""))
-                self._opened.calls.pop(key, None)
-                self._gated.pop(key, None)
-                any_fenced = True
-        return any_fenced
+    # -- reaping -------------------------------------------------------------------------
 
-    async def stop_writing(self) -> None:
-        """Give up the lease: close what this process left open ("worker stopped")."""
-        kv = await self._bus.kv(self._bus.names.writers)
-        opened = self._opened.as_json()
-        await self._close_open(opened, "worker stopped")
-        await kv.delete(self._bus.token)
-
-    async def run(self) -> None:
-        """Renew this process's lease; close the calls of writers whose lease ran out;
-        purge expired sessions. Never dies: an error is logged and tried again."""
-        every = self._bus.lease / 3
-        while True:
-            await asyncio.sleep(every)
+    async def lost(self, token: str) -> list[str]:
+        """The writers other than ``token`` whose entry has not changed for their lease as
+        this process's monotonic clock measures (no clocks are compared across hosts),
+        and the claims whose closing did not finish (their reaper's own, or any a lease
+        old). A reaper holds a lease entry too, and judges others only right after
+        writing its own: while the bucket cannot be written (a leader election), nobody's
+        silence means anything."""
+        writer = self.writer(token)
+        if not writer.dropped:
             try:
-                if self._registered_rev or self._bus.reap:
-                    # A reaper holds a lease entry too, and judges others only right
-                    # after writing its own: while the bucket cannot be written (a
-                    # leader election), nobody's silence means anything.
-                    try:
-                        await self.register()
-                    except BaseException:
-                        self._seen.clear()
-                        raise
-                if self._bus.reap:
-                    await self.reap_lost()
-                    if time.monotonic() >= self._janitor_at:
-                        self._janitor_at = time.monotonic() + min(self._bus.session_ttl / 4, 60.0)
-                        await self.expire_sessions()
-            except RETRYABLE as exc:
-                logger.debug("lease renewal failed: %s", exc)
-            except Exception:
-                logger.exception("lease renewal failed")
-
-    async def reap_lost(self) -> int:
-        """Close the open calls and runs of every writer whose lease ran out (see
-        :meth:`NatsBus.reap_lost <toolstream.nats.NatsBus.reap_lost>`)."""
-        kv = await self._bus.kv(self._bus.names.writers)
+                if time.monotonic() - writer.renewed > writer.lease / 6 or writer.dirty:
+                    await self.register(writer)
+            except BaseException:
+                self._seen.clear()
+                raise
+        kv = await self._kv()
         keys = await self._writer_keys()
         now = time.monotonic()
-        if now - self._reaped_at > self._bus.lease:
+        if now - self._reaped_at > self.lease:
             # This process could not watch for a while (NATS away, a failover, a stall):
             # what it saw before proves nothing; observe every writer afresh.
             self._seen.clear()
         self._reaped_at = now
-        total = 0
+        out = []
         for key in keys:
-            if key == self._bus.token:
+            if key == token:
                 continue
             try:
                 entry = await kv.get(key)
@@ -249,130 +287,170 @@ class NatsLeases:
             rev = entry.revision or 0
             if record.get("reaped"):
                 if not record.get("closed") and (
-                    record.get("by") == self._bus.token
-                    or time.time() - float(record.get("at", 0)) > self._bus.lease
+                    record.get("by") == token
+                    or time.time() - float(record.get("at", 0)) > self.lease
                 ):
                     # A claim whose closing did not finish (NATS failed under it, or its
                     # reaper died): closed again, by its reaper or, after a lease, any.
-                    total += await self._close_claimed(kv, key, record, rev)
-                elif time.time() - float(record.get("at", 0)) > self._bus.session_ttl:
+                    self._judged[key] = (record, rev)
+                    out.append(key)
+                elif time.time() - float(record.get("at", 0)) > self.session_ttl:
                     await kv.delete(key, last=rev)
                 continue
             seen = self._seen.get(key)
             if seen is None or seen[0] != rev:
                 self._seen[key] = (rev, now)
                 continue
-            if now - seen[1] < float(record.get("lease", self._bus.lease)):
+            if now - seen[1] < float(record.get("lease", self.lease)):
                 continue
             self._seen.pop(key, None)
-            total += await self._close_claimed(kv, key, record, rev)
-        self._bus._stats.reaped += total
-        return total
-
-    async def _close_claimed(self, kv: KeyValue, key: str, record: dict[str, Any], rev: int) -> int:
-        """Claim writer ``key``'s entry (compare-and-swap on ``rev``: exactly one reaper
-        wins), close what it left open, then mark the claim closed. A failure between the
-        two leaves the claim open, and the next pass closes again (closing skips what is
-        already closed)."""
-        claim = {**record, "reaped": True, "by": self._bus.token, "at": time.time()}
-        claim.pop("closed", None)
-        try:
-            rev = await kv.update(key, json.dumps(claim).encode(), last=rev)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return 0  # renewed meanwhile, or another process reaps it
-        n = await self._close_open(record.get("open", {}), "worker lost")
-        if n:
-            logger.warning("writer %s lost its lease: closed %d open calls/runs", key, n)
-        try:
-            await kv.update(key, json.dumps({**claim, "closed": True}).encode(), last=rev)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            pass  # taken over meanwhile: that reaper closes (again)
-        return n
+            self._judged[key] = (record, rev)
+            out.append(key)
+        return out
 
     async def _writer_keys(self) -> list[str]:
         """The writers' entries, listed with one stream-info request (no consumer per
         pass, as ``KeyValue.keys()`` would create)."""
-        js = await self._bus._ready()
-        bucket = self._bus.names.writers
+        js = await self._conn.ready()
+        bucket = self._conn.names.writers
         info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
         prefix = f"$KV.{bucket}."
         return [subject[len(prefix) :] for subject in (info.state.subjects or {})]
 
-    async def _close_open(self, opened: dict[str, Any], reason: str) -> int:
-        """Close the calls and runs in ``opened`` that are still open in their session."""
-        js = await self._bus._ready()
-        by_session: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
-        for item in opened.get("c", []):
-            by_session.setdefault(item[0], ([], []))[0].append(item)
-        for item in opened.get("r", []):
-            by_session.setdefault(item[0], ([], []))[1].append(item)
+    async def claim(self, token: str, *, force: bool) -> list[str] | None:
+        """Claim writer ``token``'s entry (compare-and-swap on the revision it was judged
+        lost at: exactly one reaper wins): the sessions it left calls or runs open in, or
+        None when it was renewed meanwhile, another reaper has it, or it was reaped."""
+        kv = await self._kv()
+        judged = self._judged.pop(token, None)
+        if judged is not None:
+            record, rev = judged
+        else:
+            try:
+                entry = await kv.get(token)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            record, rev = json.loads(entry.value or b"{}"), entry.revision or 0
+            if record.get("reaped"):
+                if record.get("closed"):
+                    return None
+                mine = record.get("by") == self.me
+                if not (force or mine or time.time() - float(record.get("at", 0)) > self.lease):
+                    return None  # another reaper is closing it
+            elif not force:
+                return None  # not judged lost here: as far as we know its lease is held
+        claim = {**record, "reaped": True, "by": self.me, "at": time.time()}
+        claim.pop("closed", None)
+        try:
+            rev = await kv.update(token, json.dumps(claim).encode(), last=rev)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None  # renewed meanwhile, or another process reaps it
+        self._claims[token] = (claim, rev)
+        return _sessions(record)
+
+    async def reap(self, session: str, token: str, reason: str, now: float) -> int:
+        """Close the calls and runs claimed writer ``token`` left open in ``session`` that
+        are still open there (read from the stream's leader)."""
+        claimed = self._claims.get(token)
+        if claimed is None:
+            return 0
+        opened = claimed[0].get("open", {})
+        calls = [c for c in opened.get("c", []) if c[0] == session]
+        runs = [r for r in opened.get("r", []) if r[0] == session]
+        if not calls and not runs:
+            return 0
+        stored = await self._store.read_state(session, leader=True)
+        view = parse_state(stored, self._conn.epoch, max_finished=500, compare=compare_ids)
+        state = view.folded()
+        js = await self._conn.ready()
         n = 0
-        for session, (calls, runs) in by_session.items():
-            view = (await self._bus._reader.read_state(session, leader=True)).folded()
-            ts = self._bus._clock()
-            for _, call_id, tool, run_id in calls:
-                info = view.calls.get(call_id)
-                if info is None or info.state.terminal:
-                    continue
-                ev: Event = ToolCancelled(
-                    id="-",
-                    session=session,
-                    ts=ts,
-                    call_id=call_id,
-                    tool=tool,
-                    run_id=run_id or None,
-                    reason=reason,
-                )
-                await self._publish_now(js, ev)
-                n += 1
-            for _, run_id in runs:
-                run = view.runs.get(run_id)
-                if run is None or run.state != "running":
-                    continue
-                ev = RunFinished(
-                    id="-",
-                    session=session,
-                    ts=ts,
-                    run_id=run_id,
-                    outcome="cancelled",
-                    error=ErrorInfo(type="WorkerLost", message=reason),
-                )
-                await self._publish_now(js, ev)
-                n += 1
+        for _, call_id, tool, run_id in calls:
+            info = state.calls.get(call_id)
+            if info is None or info.state.terminal:
+                continue
+            ev: Event = ToolCancelled(
+                id="-",
+                session=session,
+                ts=now,
+                call_id=call_id,
+                tool=tool,
+                run_id=run_id or None,
+                reason=reason,
+            )
+            await self._publish(js, session, _blob(ev), None)
+            n += 1
+        for _, run_id in runs:
+            run = state.runs.get(run_id)
+            if run is None or run.state != "running":
+                continue
+            ev = RunFinished(
+                id="-",
+                session=session,
+                ts=now,
+                run_id=run_id,
+                outcome="cancelled",
+                error=ErrorInfo(type="WorkerLost", message=reason),
+            )
+            await self._publish(js, session, _blob(ev), None)
+            n += 1
         return n
 
-    async def _publish_now(self, js: JetStreamContext, ev: Event) -> int:
-        """Publish one event directly (not through the outbox); its sequence."""
-        return await self._bus._publish_raw(js, ev.session, event_json(ev), None)
-
-    async def expire_sessions(self) -> int:
-        """Purge the sessions idle for ``session_ttl`` (see :meth:`NatsBus.expire_sessions
-        <toolstream.nats.NatsBus.expire_sessions>`)."""
-        js = await self._bus._ready()
-        try:
-            info = await js.stream_info(
-                self._bus.names.stream, subjects_filter=self._bus.names.subjects
-            )
-        except nats.js.errors.NotFoundError:
-            return 0
-        subjects = info.state.subjects or {}
-        n = 0
-        for subject in subjects:
-            try:
-                last = await js.get_msg(self._bus.names.stream, subject=subject, direct=True)
-            except nats.js.errors.NotFoundError:
-                continue
-            when = last.time.timestamp() if last.time is not None else time.time()
-            if time.time() - when < self._bus.session_ttl or last.seq is None:
-                continue
-            await js.purge_stream(self._bus.names.stream, subject=subject, seq=last.seq + 1)
-            token = subject.partition(".")[2]
-            kv = await self._bus.kv(self._bus.names.checkpoints)
+    async def release(self, token: str) -> None:
+        """Writer ``token`` is reaped in every session: mark its claim closed (a claim
+        whose closing failed before this is closed again at the next pass); this
+        process's own writer's entry is deleted."""
+        claimed = self._claims.pop(token, None)
+        kv = await self._kv()
+        if token in self._writers:
+            del self._writers[token]
             try:
                 await kv.delete(token)
             except nats.js.errors.KeyNotFoundError:
                 pass
+            return
+        if claimed is None:
+            return
+        claim, rev = claimed
+        try:
+            await kv.update(token, json.dumps({**claim, "closed": True}).encode(), last=rev)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # taken over meanwhile: that reaper closes (again)
+
+    # -- expiry --------------------------------------------------------------------------
+
+    async def expire(self, *, force: bool) -> int:
+        """Purge every session whose newest message is ``session_ttl`` old (up to that
+        message: one published meanwhile survives) and its checkpoint; how many. Unless
+        ``force``, at most once every ``min(session_ttl / 4, 60)`` seconds (it reads
+        every session's newest message)."""
+        if not force and time.monotonic() < self._janitor_at:
+            return 0
+        self._janitor_at = time.monotonic() + min(self.session_ttl / 4, 60.0)
+        js = await self._conn.ready()
+        names = self._conn.names
+        try:
+            info = await js.stream_info(names.stream, subjects_filter=names.subjects)
+        except nats.js.errors.NotFoundError:
+            return 0
+        n = 0
+        for subject in info.state.subjects or {}:
+            try:
+                last = await js.get_msg(names.stream, subject=subject, direct=True)
+            except nats.js.errors.NotFoundError:
+                continue
+            when = last.time.timestamp() if last.time is not None else time.time()
+            if time.time() - when < self.session_ttl or last.seq is None:
+                continue
+            await js.purge_stream(names.stream, subject=subject, seq=last.seq + 1)
+            token = subject.partition(".")[2]
+            await self._store.delete_checkpoint(token)
             logger.info("session %r expired: purged", token_session(token))
             n += 1
-        self._bus._stats.expired += n
         return n
+
+
+def _blob(ev: Event) -> bytes:
+    """An event as stored: its native JSON without its id."""
+    data = to_dict(ev)
+    del data["id"]
+    return dumps(data).encode()
