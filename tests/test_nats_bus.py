@@ -252,6 +252,30 @@ async def test_another_writer_ahead_gets_renumbered_not_lost(nats_server: NatsSe
         await two.aclose()
 
 
+async def test_a_live_subscription_starts_after_what_other_processes_published(
+    nats_server: NatsServer,
+) -> None:
+    """A gateway that never publishes subscribes without a cursor: what another process
+    published before (and after the gateway's bus was made) is not delivered, what it
+    publishes after is (NATS numbers events by prediction, not time: the start is
+    decided by the events' stamps)."""
+    gateway = make_bus(nats_server)
+    worker = make_bus(nats_server, prefix=gateway.prefix)
+    try:
+        for i in range(5):
+            worker.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+        await worker.flush(timeout=5)
+        async with gateway.subscribe(session="s") as sub:
+            await sub.prepare()
+            later = worker.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=5)
+            assert [e.id for e in await take(sub, 1)] == [later.id]
+            with anyio.move_on_after(0.3):
+                raise AssertionError(f"more than expected: {await take(sub, 1)}")
+    finally:
+        await gateway.aclose()
+        await worker.aclose()
+
+
 async def test_data_loss_gives_a_reset_not_a_silent_gap(own_nats: NatsServer) -> None:
     """The server comes back without its store: a new epoch; a live subscriber gets a
     reset, and a cursor from before gets a reset too."""

@@ -19,12 +19,19 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
+import attrs
+
+from toolstream._core.broker import BrokerStart, SessionState
 from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
+from toolstream._core.errors import BusClosed
+from toolstream._core.events import Event
 from toolstream._core.outbox import OutboxOverflow
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES
+from toolstream._core.start import StartRequest
 from toolstream._core.wake import current_backend
 
 from ._driver import NatsBroker
@@ -35,11 +42,55 @@ __all__ = ["NatsBus", "NatsBusStats", "NatsSubscription"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
-#: A subscription of a :class:`NatsBus` (fed by an ephemeral JetStream pull consumer on
-#: the session's subject, made again from its cursor whenever it is lost; it notices a
-#: purge that overtook it and cuts rather than skip events, and a stream that lost its
-#: data and delivers a reset).
-NatsSubscription = BrokerSubscription
+E_co = TypeVar("E_co", bound=Event, covariant=True)
+
+
+class NatsSubscription(BrokerSubscription[E_co]):
+    """A subscription of a :class:`NatsBus`: fed by an ephemeral JetStream pull consumer
+    on the session's subject, made again from its cursor whenever it is lost; it
+    notices a purge that overtook it and cuts rather than skip events, and a stream
+    that lost its data and delivers a reset.
+
+    Without a cursor it starts live after the events stamped at or before the
+    ``subscribe`` call, whichever process published them: NATS numbers events by the
+    publisher's prediction of the stream's sequence, which says nothing of when
+    another process published (a sequence is a time on Redis, where ids come from the
+    writer's clock)."""
+
+    def __init__(
+        self,
+        bus: NatsBus,
+        session: str,
+        *,
+        request: StartRequest,
+        since: int,
+        barrier: int,
+    ) -> None:
+        super().__init__(bus, session, request=request, since=since, barrier=barrier)
+        self._since_ts = bus.clock()
+        self._expired = False
+
+    async def _read_touched(
+        self,
+        read: Callable[[], Awaitable[SessionState]],
+        expire: Callable[[SessionState], Awaitable[bool]],
+    ) -> tuple[SessionState, bool]:
+        state, self._expired = await super()._read_touched(read, expire)
+        return state, self._expired
+
+    async def _read_start(self) -> BrokerStart:
+        start = await super()._read_start()
+        if self._expired:  # touched approvals: the start shows them resolved
+            return start
+        retained, since = start.retained, self._since_ts
+        live = retained.floor
+        seqs = retained.seqs
+        for k, event in enumerate(retained.events):
+            if event.ts <= since:
+                live = seqs[k]
+        if not retained.events or retained.events[-1].ts <= since:
+            live = start.last_seq
+        return attrs.evolve(start, live_seq=live)
 
 
 class NatsBusStats(BrokerBusStats):
@@ -190,6 +241,27 @@ class NatsBus(BrokerBus):
         process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
         seconds on its own when ``reap=True``."""
         return await super().reap_lost()
+
+    def _open(self, request: StartRequest) -> NatsSubscription[Any]:
+        # BrokerBus's, making a NatsSubscription (which starts live by time).
+        session = request.session
+        if session is None:
+            raise ValueError(
+                "NatsBus subscriptions need session=: each session is one subject "
+                "(see docs/scaling.md)"
+            )
+        self._require_asyncio("subscribe()")
+        if self._closed:
+            raise BusClosed("the bus is closed")
+        self.start_here()
+        with self._lock:
+            since = self.broker.next_seq(self._last, self.clock()) - 1
+            barrier = self.outbox.published
+        sub: NatsSubscription[Any] = NatsSubscription(
+            self, session, request=request, since=since, barrier=barrier
+        )
+        self._subs.add(sub)
+        return sub
 
     async def expire_sessions(self) -> int:
         """Purge every session with no event for ``session_ttl`` seconds (its messages
