@@ -107,6 +107,13 @@ class NatsConnection:
         self._epoch_stale = False
 
     @property
+    def lease_bound(self) -> float:
+        """How long a step the lease depends on may wait for NATS: a request lost across
+        a server's restart is otherwise waited for ``request_timeout``, which a short
+        lease does not outlast (the writer would be reaped while alive)."""
+        return max(0.1, min(self.request_timeout, self.lease / 4))
+
+    @property
     def where(self) -> str:
         """The servers, credentials hidden."""
         return ", ".join(redact(s) for s in self.servers)

@@ -17,6 +17,7 @@ stream and buckets), :mod:`._writing` (numbering and appending), :mod:`._reading
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
@@ -122,8 +123,14 @@ class NatsBroker:
         return self.conn.epoch
 
     async def epoch(self) -> str:
-        """The stream's epoch (asked again after a reconnection)."""
-        await self.conn.ready()
+        """The stream's epoch (asked again after a reconnection). The bus asks between
+        two lease renewals: a stream-info request that gets no answer (a restarting
+        server) is left to the next read rather than waited for, and the epoch as last
+        seen is the answer meanwhile."""
+        try:
+            await asyncio.wait_for(self.conn.ready(), self.conn.lease_bound)
+        except TimeoutError:
+            pass
         return self.conn.epoch
 
     def next_seq(self, last: int, now: float) -> int:

@@ -208,7 +208,9 @@ class NatsLeases:
             kv = await self._kv()
             dirty, writer.dirty = writer.dirty, False  # what changes from here is written next
             try:
-                rev = await self.write_entry(kv, writer)
+                # Bounded: a write lost across a restart is given up and made again
+                # (compare-and-swap tells a write that landed from a claim).
+                rev = await asyncio.wait_for(self.write_entry(kv, writer), self._conn.lease_bound)
             except BaseException:
                 writer.dirty = writer.dirty or dirty
                 raise
