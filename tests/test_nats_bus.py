@@ -227,6 +227,31 @@ async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> 
         await bus.aclose()
 
 
+async def test_one_writer_interleaving_sessions_keeps_the_ids_it_returned(
+    nats_server: NatsServer,
+) -> None:
+    """One stream numbers every session: a batch that interleaves sessions is written in
+    the order its events were numbered (the driver writes the sessions' appends of a
+    batch together), so every id ``publish`` returned is the one subscribers see."""
+    bus = make_bus(nats_server)
+    try:
+        subs = {s: bus.subscribe(session=s, snapshot=True) for s in ("a", "b", "c")}
+        for sub in subs.values():
+            await sub.prepare()
+        published = [
+            bus.publish(ts.ToolProgress, session="abc"[i % 3], call_id="x", tool="t", current=i)
+            for i in range(300)
+        ]
+        await bus.flush(timeout=10)
+        for session, sub in subs.items():
+            got = (await take(sub, 101))[1:]
+            assert [e.id for e in got] == [e.id for e in published if e.session == session]
+            await sub.aclose()
+        assert bus.stats.renumbered == 0
+    finally:
+        await bus.aclose()
+
+
 async def test_another_writer_ahead_gets_renumbered_not_lost(nats_server: NatsServer) -> None:
     """Two processes write the same session at once: every event gets in, in each
     writer's order; a subscriber sees strictly increasing final ids."""

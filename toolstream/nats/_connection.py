@@ -365,13 +365,7 @@ class NatsConnection:
             epoch, last = epoch_of(info), info.state.last_seq
         self._epoch_stale = False
         if epoch != self.epoch:
-            logger.warning(
-                "stream %s has a new epoch (%s, was %s): its data was lost",
-                self.names.stream,
-                epoch,
-                self.epoch,
-            )
-            self.epoch = epoch
+            self.epoch = epoch  # (the bus says so in its log)
             self.on_new_epoch(last)
 
     async def aclose(self) -> None:
