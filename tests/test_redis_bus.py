@@ -430,7 +430,7 @@ async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> 
 
 async def test_an_approval_request_written_during_a_read(redis_server: RedisServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, redis_server), "_run"
+        partial(make_bus, redis_server), "approval"
     )
 
 
