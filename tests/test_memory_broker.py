@@ -142,7 +142,7 @@ async def test_every_async_operation_yields_to_the_loop() -> None:
 
 
 async def test_append_codes_renumbering_and_high_water_marks() -> None:
-    broker = MemoryBroker()
+    broker = MemoryBroker(wall=lambda: 0.0)  # its clock behind every seq: last + 1
     first = await broker.append("s", "w1", [rec("-", 100), rec("-", 110)])
     assert first.codes == [0, 0] and first.renumbered == []
     assert len(first.incarnation) == 12  # a token set by the first write
@@ -163,6 +163,33 @@ async def test_append_codes_renumbering_and_high_water_marks() -> None:
     assert state.incarnation == first.incarnation
 
 
+async def test_what_the_broker_writes_itself_follows_its_clock() -> None:
+    """A renumbered event, a reaper's and a resolution take ``next_seq(last, wall())``
+    (as Redis's ``XADD *`` takes the server's clock), not ``last + 1``: a subscription
+    that starts live at ``next_seq(...) - 1`` on a quiet session does not start after
+    them. A reaper's events are stamped with it; the ``now`` a bus passes decides an
+    expiry only."""
+    wall = Clock()  # 100.0
+    broker = MemoryBroker(wall=wall)
+    await broker.append("s", "w2", [rec("-", 5_000)])
+    moved = await broker.append("s", "w1", [rec("o", 10, call_id="c"), rec("o", 20, call_id="d")])
+    assert moved.codes == [3, 3]
+    assert moved.renumbered == [100_000 * SCALE, 100_000 * SCALE + 1]
+    wall.now = 101.0
+    await broker.claim("w1", force=True)
+    assert await broker.reap("s", "w1", "worker lost", 7.0) == 2
+    state = await broker.read_state("s")
+    assert [seq for seq, _ in state.events][-2:] == [101_000 * SCALE, 101_000 * SCALE + 1]
+    assert {b["ts"] for b in blobs(state.events)[-2:]} == {101.0}
+    asked = rec("A", 5_001, approval_id="a", meta=meta(writer="w2", exp=50.0))
+    await broker.append("s", "w2", [asked])
+    wall.now = 102.0
+    got = await broker.resolve("s", "a", 60.0, False, variants())  # the bus's now: expired
+    assert (got.outcome, got.seq) == ("expired", 102_000 * SCALE)
+    denial = (await broker.read_state("s")).events[-1]
+    assert denial == (102_000 * SCALE + 1, '{"den":"expiry"}')
+
+
 async def test_a_session_never_written_reads_empty() -> None:
     broker = MemoryBroker()
     state = await broker.read_state("nobody")
@@ -174,7 +201,7 @@ async def test_a_session_never_written_reads_empty() -> None:
 
 async def test_open_calls_and_runs_are_reaped_once_and_fenced() -> None:
     clock = Clock()
-    broker = MemoryBroker(clock=clock)
+    broker = MemoryBroker(clock=clock, wall=lambda: 0.0)
     await broker.hold("w1", ["s"], 1.0)
     await broker.hold("w2", ["s"], 100.0)
     written = await broker.append(
@@ -311,7 +338,7 @@ async def test_a_lost_writer_is_reaped_exactly_once_among_concurrent_reapers() -
 
 
 async def test_a_checkpoint_deletes_what_it_covers_and_sets_the_floor() -> None:
-    broker = MemoryBroker()
+    broker = MemoryBroker(wall=lambda: 0.0)
     await broker.append("s", "w", [rec("-", seq) for seq in (100, 200, 300, 400)])
     await broker.checkpoint("s", 250, '{"ck":250}')
     state = await broker.read_state("s")
@@ -393,7 +420,7 @@ async def test_an_approval_is_requested_once_and_found_in_its_session_only() -> 
 
 
 async def test_resolve_outcomes() -> None:
-    broker = MemoryBroker()
+    broker = MemoryBroker(wall=lambda: 10.0)
     ask = [
         rec("o", 1, call_id="c1"),
         rec("A", 2, call_id="c1", approval_id="a1", meta=meta(call_id="c1", exp=50.0)),
@@ -659,7 +686,7 @@ async def test_lose_data_is_a_broker_restarted_empty() -> None:
 
 
 async def test_a_stalled_writer_waits_while_others_go_on() -> None:
-    broker = MemoryBroker()
+    broker = MemoryBroker(wall=lambda: 0.0)
     with broker.stall("append", "w1"):
         stalled = asyncio.get_running_loop().create_task(broker.append("s", "w1", [rec("-", 1)]))
         assert (await broker.append("s", "w2", [rec("-", 5)])).codes == [0]
@@ -725,3 +752,38 @@ def test_a_stalled_sync_operation_blocks_its_thread() -> None:
         assert thread.is_alive() and got == []
     thread.join(5)
     assert got == [None]
+
+
+async def test_after_runs_between_an_operation_and_its_caller() -> None:
+    """``after(op, callback)``: the callback gets the result of each call once its atomic
+    step is done, and what it does happens before the caller sees that result (here, a
+    request written right after a read that missed it)."""
+    broker = MemoryBroker()
+    seen: list[object] = []
+
+    async def write_now(got: object) -> None:
+        seen.append(got)
+        if len(seen) == 1:
+            await broker.append("s", "w", [rec("A", 1, approval_id="a", meta=meta())])
+
+    with broker.after("approval", write_now):
+        assert await broker.approval("s", "a") is None, "the read before the write"
+        again = await broker.approval("s", "a")
+    assert again is not None and again.status == "p"
+    assert seen == [None, again]
+    assert await broker.approval("s", "a") == again and len(seen) == 2, "the block ended"
+    # A synchronous operation takes a synchronous callback only.
+    got: list[object] = []
+    with broker.after("approval_sync", got.append):
+        assert broker.approval_sync("s", "a") == again
+    assert got == [again]
+    with broker.after("approval_sync", write_now), pytest.raises(TypeError, match="synchronous"):
+        broker.approval_sync("s", "a")
+    # Not run when the operation raises; unknown operations are refused.
+    broker.down()
+    with broker.after("epoch", got.append), pytest.raises(BrokerDown):
+        await broker.epoch()
+    broker.up()
+    assert got == [again]
+    with pytest.raises(ValueError, match="no operation"):
+        broker.after("apend", got.append).__enter__()

@@ -3,9 +3,12 @@
 ``BrokerBus(MemoryBroker())`` is a broker-backed bus with no server; several over one
 ``MemoryBroker`` behave as processes sharing one broker (from one thread or several). The
 semantics are those of RedisBus's Lua scripts (``toolstream/redis/_scripts.py``) step for
-step, numbering included. Test hooks make the broker fail on purpose: ``down()`` (an
-outage), ``stall()`` (a hung writer, a lease not renewed, a reader left behind) and
-``lose_data()`` (a broker restarted empty).
+step, numbering included: the events it writes on its own (a reaper's, a resolution, an
+event renumbered) take ``next_seq(last, wall())`` with the broker's ``wall`` clock, as
+Redis's ``XADD *`` takes the server's. Test hooks make the broker fail on purpose:
+``down()`` (an outage), ``stall()`` (a hung writer, a lease not renewed, a reader left
+behind), ``after()`` (something happens right after an operation) and ``lose_data()`` (a
+broker restarted empty).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import secrets
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -33,6 +36,7 @@ from .driver import (
     Variant,
 )
 from .jsonenc import dumps, loads
+from .stalling import OPERATIONS, AfterHook, OperationHooks
 
 __all__ = ["BrokerDown", "MemoryBroker"]
 
@@ -40,15 +44,8 @@ __all__ = ["BrokerDown", "MemoryBroker"]
 SCALE = 1_000_000
 #: What a reaper's or a tracker's "R" record stores as the decision.
 _CANCELLED = '{"approved":false,"by":"cancelled"}'
-#: The operations :meth:`MemoryBroker.stall` can hold ("read" and "wait" are a reader's).
-# fmt: off
-OPERATIONS = frozenset((
-    "epoch", "append", "read_state", "read_state_sync", "checkpoint", "read", "wait", "hold",
-    "lost", "claim", "reap", "release", "drop_lease", "trim_due", "expire", "approval",
-    "approval_sync", "resolve", "resolve_sync", "wait_approval",
-))
-# fmt: on
 
+T = TypeVar("T")
 _Key = tuple[str, ...]
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
@@ -83,8 +80,7 @@ class _Session:
         self.touched = touched
 
     def add(self, blob: str, seq: int) -> int:
-        """Append ``blob`` at ``seq``, or after ``last`` if that is not above it."""
-        seq = max(seq, self.last + 1)
+        """Append ``blob`` at ``seq`` (above ``last``)."""
         self.events.append((seq, blob))
         self.last = seq
         return seq
@@ -92,13 +88,6 @@ class _Session:
     def after(self, seq: int) -> int:
         """The index of the first event after ``seq``."""
         return bisect_right(self.events, seq, key=lambda e: e[0])
-
-
-@attrs.define(eq=False)
-class _Stall:
-    op: str
-    token: str | None
-    over: threading.Event = attrs.Factory(threading.Event)
 
 
 def _event(type_: str, session: str, now: float, fields: dict[str, Any]) -> str:
@@ -116,8 +105,15 @@ class MemoryBroker:
     no server, or several buses over one broker that behave as processes sharing it.
 
     - ``clock``: the monotonic clock of leases and session idle times (a test's own).
+    - ``wall``: the broker's wall clock. The events it writes on its own (what
+      :meth:`reap` and :meth:`resolve` append, an event renumbered because another
+      writer's were ahead) take the seq ``next_seq(last, wall())``, as a Redis server's
+      ``XADD *`` follows its clock; a reaper's events are stamped with it.
     - ``session_ttl``: seconds a session may stay unwritten before :meth:`expire`
       deletes it (its incarnation too: a later write starts a new one).
+
+    Its ``start`` and ``aclose`` do nothing: the broker stands for a server several
+    buses share (unlike other drivers, one instance serves every bus over it).
 
     Safe from any thread and event loop. Each operation is one atomic step, after a
     yield to the event loop (as a call to a real broker would).
@@ -128,11 +124,16 @@ class MemoryBroker:
     name = "BrokerBus"
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, session_ttl: float = 3600.0
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        session_ttl: float = 3600.0,
     ) -> None:
         if not session_ttl > 0:
             raise ValueError(f"session_ttl must be positive, got {session_ttl}")
         self.clock = clock
+        self.wall = wall
         self.session_ttl = session_ttl
         self._lock = threading.Lock()
         self._epoch = secrets.token_hex(6)
@@ -142,7 +143,7 @@ class MemoryBroker:
         self._lost: set[str] = set()  # writers claimed for reaping, not released yet
         self._filed: dict[str, dict[str, None]] = {}  # writer token -> its sessions
         self._waiters: dict[_Key, list[_Waiter]] = {}
-        self._stalls: list[_Stall] = []
+        self._hooks = OperationHooks()
         self._down = False
 
     def __repr__(self) -> str:
@@ -177,49 +178,45 @@ class MemoryBroker:
             for key in list(self._waiters):
                 self._wake(key)
 
-    @contextlib.contextmanager
-    def stall(self, op: str, token: str | None = None) -> Iterator[None]:
+    def stall(self, op: str, token: str | None = None) -> contextlib.AbstractContextManager[None]:
         """Hold operation ``op`` (a method's name; a reader's are ``"read"`` and
         ``"wait"``) for the ``with`` block (a test hook): its calls, by every bus or only
         those whose ``token`` argument is ``token`` (``append``, ``hold``, ``lost``,
         ``claim``, ``reap``, ``release``, ``drop_lease``), wait until the block ends, then
         run (``*_sync`` ones block their thread). ``stall("append", bus.token)``: a hung
         writer; ``stall("hold", bus.token)``: a lease not renewed (other buses reap it);
-        ``stall("read")``: readers left behind while writers run ahead."""
-        if op not in OPERATIONS:
-            raise ValueError(f"no operation {op!r} to stall (one of {sorted(OPERATIONS)})")
-        held = _Stall(op, token)
-        with self._lock:
-            self._stalls.append(held)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._stalls.remove(held)
-                held.over.set()
-                self._wake(("stall",))
+        ``stall("read")``: readers left behind while writers run ahead. The block may
+        end in any thread. (The operations are in ``OPERATIONS``.)"""
+        return self._hooks.stall(op, token)
+
+    def after(self, op: str, callback: AfterHook) -> contextlib.AbstractContextManager[None]:
+        """For the ``with`` block (a test hook), call ``callback(result)`` after each
+        call of operation ``op`` completed its atomic step, before the bus gets the
+        result (an async operation's callback may be a coroutine function: awaited; not
+        run when the operation raises). ``after("approval", ...)``: something happens
+        between a bus's read and what it does with it."""
+        return self._hooks.after(op, callback)
 
     # -- the machinery of an operation ---------------------------------------------------
-
-    def _stalled(self, op: str, token: str | None) -> _Stall | None:
-        stalls = list(self._stalls)  # (a copy: another thread may change the list)
-        return next((h for h in stalls if h.op == op and h.token in (None, token)), None)
 
     async def _io(self, op: str, token: str | None = None) -> threading.Lock:
         """What every async operation does first: wait out a stall of it, yield to the
         loop (a round trip), raise if the broker is down. Returns the lock to take for
-        the operation's one atomic step."""
-        while not await self._wait(("stall",), None, lambda: not self._stalled(op, token)):
-            pass
+        the operation's one atomic step (then :meth:`_done`)."""
+        await self._hooks.enter(op, token)
         await asyncio.sleep(0)
         if self._down:
             raise BrokerDown("the memory broker is down")
         return self._lock
 
+    async def _done(self, op: str, result: T) -> T:
+        """What every async operation does last: run the callbacks following it."""
+        return await self._hooks.done(op, result)
+
     def _io_sync(self, op: str) -> threading.Lock:
         """:meth:`_io` for a synchronous operation: a stall blocks the thread."""
-        while held := self._stalled(op, None):
-            held.over.wait()
+        if op in OPERATIONS:
+            self._hooks.enter_sync(op)
         if self._down:
             raise BrokerDown("the memory broker is down")
         return self._lock
@@ -271,7 +268,7 @@ class MemoryBroker:
     async def epoch(self) -> str:
         """The epoch now (a new one after :meth:`lose_data`)."""
         await self._io("epoch")
-        return self._epoch
+        return await self._done("epoch", self._epoch)
 
     def next_seq(self, last: int, now: float) -> int:
         """``now`` in milliseconds times ``1_000_000``, or ``last + 1`` if that is not
@@ -291,7 +288,8 @@ class MemoryBroker:
     async def append(self, session: str, token: str, records: Sequence[Record]) -> Appended:
         """Append ``records`` for writer ``token`` (the FLUSH script)."""
         with await self._io("append", token):
-            return self._append(session, token, records)
+            got = self._append(session, token, records)
+        return await self._done("append", got)
 
     def _append(self, session: str, token: str, records: Sequence[Record]) -> Appended:
         s = self._session(session)
@@ -301,6 +299,7 @@ class MemoryBroker:
         codes: list[int] = []
         moved: list[int] = []
         wrote = False
+        wall: float | None = None  # read once, when an event is renumbered
         for r in records:
             approval = s.approvals.get(r.approval_id) if r.kind in ("A", "R") else None
             if mine is not None and r.seq <= mine:
@@ -313,9 +312,14 @@ class MemoryBroker:
             ):
                 codes.append(2)  # decided already (the first one wins), or closed elsewhere
                 continue
-            seq = s.add(r.blob, r.seq)
-            codes.append(0 if seq == r.seq else 3)
-            moved.extend([seq] if seq != r.seq else [])
+            if r.seq > s.last:
+                seq = s.add(r.blob, r.seq)
+                codes.append(0)
+            else:  # another writer's events are ahead: after them, by the broker's clock
+                wall = self.wall() if wall is None else wall
+                seq = s.add(r.blob, self.next_seq(s.last, wall))
+                codes.append(3)
+                moved.append(seq)
             # The high-water mark is in the writer's own numbering (what a retry resends),
             # not the seq an event was renumbered to.
             mine = r.seq
@@ -349,12 +353,14 @@ class MemoryBroker:
     async def read_state(self, session: str, upto: int | None = None) -> StoredState:
         """The session as stored, its events up to ``upto`` (the READ_STATE script)."""
         with await self._io("read_state"):
-            return self._read_state(session, upto)
+            got = self._read_state(session, upto)
+        return await self._done("read_state", got)
 
     def read_state_sync(self, session: str) -> StoredState:
         """:meth:`read_state` from synchronous code."""
         with self._io_sync("read_state_sync"):
-            return self._read_state(session, None)
+            got = self._read_state(session, None)
+        return self._hooks.done_sync("read_state_sync", got)
 
     def _read_state(self, session: str, upto: int | None) -> StoredState:
         s = self._sessions.get(session)
@@ -369,15 +375,19 @@ class MemoryBroker:
     async def checkpoint(self, session: str, seq: int, state: str) -> None:
         """Store a checkpoint, delete what it covers (the CHECKPOINT script)."""
         with await self._io("checkpoint"):
-            s = self._session(session)
-            if s.checkpoint is not None and seq <= s.checkpoint[0]:
-                return
-            s.checkpoint = (seq, state)
-            cut = s.after(seq)
-            if cut:
-                s.deleted = max(s.deleted, s.events[cut - 1][0])
-                del s.events[:cut]
-            s.touched = self.clock()
+            self._checkpoint(session, seq, state)
+        await self._done("checkpoint", None)
+
+    def _checkpoint(self, session: str, seq: int, state: str) -> None:
+        s = self._session(session)
+        if s.checkpoint is not None and seq <= s.checkpoint[0]:
+            return
+        s.checkpoint = (seq, state)
+        cut = s.after(seq)
+        if cut:
+            s.deleted = max(s.deleted, s.events[cut - 1][0])
+            del s.events[:cut]
+        s.touched = self.clock()
 
     def reader(self, session: str) -> BrokerReader:
         """A reader of ``session``."""
@@ -391,6 +401,7 @@ class MemoryBroker:
             self._leases[token] = self.clock() + lease
             self._workers.add(token)
             self._filed.setdefault(token, {}).update(dict.fromkeys(sessions))
+        await self._done("hold", None)
 
     def _held(self, token: str) -> bool:
         return self._leases.get(token, -math.inf) > self.clock()
@@ -399,66 +410,80 @@ class MemoryBroker:
         """The writers but ``token`` whose lease ran out, or claimed and not released."""
         with await self._io("lost", token):
             others = sorted((self._workers | self._lost) - {token})
-            return [w for w in others if w in self._lost or not self._held(w)]
+            got = [w for w in others if w in self._lost or not self._held(w)]
+        return await self._done("lost", got)
 
     async def claim(self, token: str, *, force: bool) -> list[str] | None:
         """Claim writer ``token`` for reaping (the CLAIM script)."""
         with await self._io("claim", token):
-            if not force and self._held(token):
-                return None
-            if token in self._workers:
-                self._workers.discard(token)
-            elif token not in self._lost:
-                return None  # reaped already
-            self._lost.add(token)
-            return list(self._filed.get(token, ()))
+            got = self._claim(token, force)
+        return await self._done("claim", got)
+
+    def _claim(self, token: str, force: bool) -> list[str] | None:
+        if not force and self._held(token):
+            return None
+        if token in self._workers:
+            self._workers.discard(token)
+        elif token not in self._lost:
+            return None  # reaped already
+        self._lost.add(token)
+        return list(self._filed.get(token, ()))
 
     async def reap(self, session: str, token: str, reason: str, now: float) -> int:
-        """Close what writer ``token`` left open in ``session`` (the REAP script)."""
+        """Close what writer ``token`` left open in ``session`` (the REAP script): its
+        events are stamped and numbered by :attr:`wall` (``now`` is the bus's clock, as
+        the Redis script does not use it either)."""
         with await self._io("reap", token):
-            s = self._sessions.get(session)
-            if s is None:
-                return 0
-            blobs: list[str] = []
-            runs: list[str] = []
-            for key, (tool, run_id) in list(s.open.items()):
-                kind, who, id_ = key
-                if who != token:
-                    continue
-                if kind == "c":
-                    extra = {"run_id": run_id} if run_id else {}
-                    fields = {"call_id": id_, "tool": tool, "reason": reason, **extra}
-                    blobs.append(_event("tool.cancelled", session, now, fields))
-                else:
-                    runs.append(id_)
-                s.fenced.add(key)
-                del s.open[key]
-            error = {"type": "WorkerLost", "message": reason}
-            for run_id in runs:
-                fields = {"call_id": "", "tool": "", "run_id": run_id, "outcome": "cancelled"}
-                blobs.append(_event("run.finished", session, now, {**fields, "error": error}))
-            for blob in blobs:
-                s.add(blob, self.next_seq(s.last, now))
-            if blobs:
-                s.touched = self.clock()
-                self._wake(("s", session))
-            return len(blobs)
+            got = self._reap(session, token, reason)
+        return await self._done("reap", got)
+
+    def _reap(self, session: str, token: str, reason: str) -> int:
+        s = self._sessions.get(session)
+        if s is None:
+            return 0
+        now = self.wall()
+        blobs: list[str] = []
+        runs: list[str] = []
+        for key, (tool, run_id) in list(s.open.items()):
+            kind, who, id_ = key
+            if who != token:
+                continue
+            if kind == "c":
+                extra = {"run_id": run_id} if run_id else {}
+                fields = {"call_id": id_, "tool": tool, "reason": reason, **extra}
+                blobs.append(_event("tool.cancelled", session, now, fields))
+            else:
+                runs.append(id_)
+            s.fenced.add(key)
+            del s.open[key]
+        error = {"type": "WorkerLost", "message": reason}
+        for run_id in runs:
+            fields = {"call_id": "", "tool": "", "run_id": run_id, "outcome": "cancelled"}
+            blobs.append(_event("run.finished", session, now, {**fields, "error": error}))
+        for blob in blobs:
+            s.add(blob, self.next_seq(s.last, now))
+        if blobs:
+            s.touched = self.clock()
+            self._wake(("s", session))
+        return len(blobs)
 
     async def release(self, token: str) -> None:
         """Forget writer ``token`` (reaped in every session)."""
         with await self._io("release", token):
             self._lost.discard(token)
             self._filed.pop(token, None)
+        await self._done("release", None)
 
     async def drop_lease(self, token: str) -> None:
         """Give up writer ``token``'s lease."""
         with await self._io("drop_lease", token):
             self._leases.pop(token, None)
+        await self._done("drop_lease", None)
 
     async def trim_due(self, now: float) -> list[tuple[str, int]]:
         """``[]``: history is kept by count (the bus's ``replay``)."""
         await self._io("trim_due")
-        return []
+        return await self._done("trim_due", [])
 
     async def expire(self, now: float) -> int:
         """Delete the sessions unwritten for more than ``session_ttl`` seconds of
@@ -469,19 +494,21 @@ class MemoryBroker:
             idle = [name for name, s in self._sessions.items() if s.touched < edge]
             for name in idle:
                 del self._sessions[name]
-            return len(idle)
+        return await self._done("expire", len(idle))
 
     # -- approvals ---------------------------------------------------------------------------
 
     async def approval(self, session: str, approval_id: str) -> ApprovalState | None:
         """The approval, or None when unknown or another session's."""
         with await self._io("approval"):
-            return self._approval(session, approval_id)
+            got = self._approval(session, approval_id)
+        return await self._done("approval", got)
 
     def approval_sync(self, session: str, approval_id: str) -> ApprovalState | None:
         """:meth:`approval` from synchronous code."""
         with self._io_sync("approval_sync"):
-            return self._approval(session, approval_id)
+            got = self._approval(session, approval_id)
+        return self._hooks.done_sync("approval_sync", got)
 
     def _approval(self, session: str, approval_id: str) -> ApprovalState | None:
         s = self._sessions.get(session)
@@ -502,9 +529,11 @@ class MemoryBroker:
         by_timeout: bool,
         variants: Sequence[Variant],
     ) -> Resolution:
-        """Decide an approval (the RESOLVE script)."""
+        """Decide an approval (the RESOLVE script): ``now`` (the bus's clock) decides
+        whether it expired; what it writes is numbered by :attr:`wall`."""
         with await self._io("resolve"):
-            return self._resolve(session, approval_id, now, by_timeout, variants)
+            got = self._resolve(session, approval_id, now, by_timeout, variants)
+        return await self._done("resolve", got)
 
     def resolve_sync(
         self,
@@ -516,7 +545,8 @@ class MemoryBroker:
     ) -> Resolution:
         """:meth:`resolve` from synchronous code."""
         with self._io_sync("resolve_sync"):
-            return self._resolve(session, approval_id, now, by_timeout, variants)
+            got = self._resolve(session, approval_id, now, by_timeout, variants)
+        return self._hooks.done_sync("resolve_sync", got)
 
     def _resolve(
         self, session: str, aid: str, now: float, timer: bool, variants: Sequence[Variant]
@@ -539,9 +569,10 @@ class MemoryBroker:
             outcome, (res, dec, den) = "expired", variants[1]
         else:
             outcome, (res, dec, den) = "ok", variants[0]
-        seq = s.add(res, self.next_seq(s.last, now))
+        wall = self.wall()
+        seq = s.add(res, self.next_seq(s.last, wall))
         if den:
-            s.add(den, self.next_seq(s.last, now))
+            s.add(den, self.next_seq(s.last, wall))
             s.fenced.add(call)
             s.open.pop(call, None)
         self._resolved(session, aid, approval, res, seq, dec)
@@ -560,6 +591,7 @@ class MemoryBroker:
             return approval is not None and approval.status == "r"
 
         await self._wait(("a", session, approval_id), timeout, resolved)
+        await self._done("wait_approval", None)
 
 
 class _Reader:
@@ -575,10 +607,12 @@ class _Reader:
         with await broker._io("read"):
             s = broker._sessions.get(self._session)
             if s is None:
-                return Chunk("", 0, [])
-            start = s.after(after)
-            ck = s.checkpoint[0] if s.checkpoint else 0
-            return Chunk(s.incarnation, ck, s.events[start : start + max(count, 0)])
+                got = Chunk("", 0, [])
+            else:
+                start = s.after(after)
+                ck = s.checkpoint[0] if s.checkpoint else 0
+                got = Chunk(s.incarnation, ck, s.events[start : start + max(count, 0)])
+        return await broker._done("read", got)
 
     async def wait(self, after: int, timeout: float) -> None:
         """Return when the session has an event after ``after`` (at once if it has), or
@@ -591,6 +625,7 @@ class _Reader:
             return broker._down or (s is not None and s.last > after)
 
         await broker._wait(("s", self._session), timeout, written)
+        await broker._done("wait", None)
 
     async def aclose(self) -> None:
         """Nothing to release."""
