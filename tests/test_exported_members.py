@@ -97,6 +97,7 @@ TESTING = {
     "BusFactory",
     "MemoryBroker",
     "Recorder",
+    "StallingBroker",
     "assert_ids_increase",
     "assert_lifecycle",
     "bus_conformance_checks",

@@ -17,8 +17,9 @@ raise ``AssertionError``, to parametrize a test with::
 
 ``MemoryBroker`` is a broker in process memory: ``BrokerBus(MemoryBroker())`` is a
 broker-backed bus with no server, several ``BrokerBus`` over one ``MemoryBroker`` behave
-as processes sharing a broker, and its hooks (``down()``, ``stall()``, ``lose_data()``)
-make the broker fail on purpose.
+as processes sharing a broker, and its hooks (``down()``, ``stall()``, ``after()``,
+``lose_data()``) make the broker fail on purpose. ``StallingBroker(driver)`` gives any
+other driver (a real broker's) the ``stall()`` and ``after()`` hooks.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from ._core.events import (
 )
 from ._core.ids import parse_event_id
 from ._core.memory_broker import BrokerDown, MemoryBroker
+from ._core.stalling import StallingBroker
 from ._core.subscription import Subscription
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "BusFactory",
     "MemoryBroker",
     "Recorder",
+    "StallingBroker",
     "assert_ids_increase",
     "assert_lifecycle",
     "bus_conformance_checks",
