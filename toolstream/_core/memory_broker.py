@@ -186,7 +186,7 @@ class MemoryBroker:
         run (``*_sync`` ones block their thread). ``stall("append", bus.token)``: a hung
         writer; ``stall("hold", bus.token)``: a lease not renewed (other buses reap it);
         ``stall("read")``: readers left behind while writers run ahead. The block may
-        end in any thread. (The operations are in ``OPERATIONS``.)"""
+        end in any thread; an unknown ``op`` is a ``ValueError`` naming them all."""
         return self._hooks.stall(op, token)
 
     def after(self, op: str, callback: AfterHook) -> contextlib.AbstractContextManager[None]:
