@@ -43,6 +43,28 @@ def make_bus(server: NatsServer, **options: Any) -> Any:
     return NatsBus(server.url, **options)
 
 
+def make_hooked_bus(server: NatsServer, **options: Any) -> Any:
+    """A NatsBus with test hooks, for the broker checks that need a broker to misbehave:
+    ``BrokerBus`` over ``StallingBroker(NatsBroker(...))``, the driver NatsBus is built
+    on (without NatsBus's own touches: its subscriptions' live start by time, its
+    numbering restarting with a new epoch — which these checks do not involve)."""
+    from toolstream.broker import BrokerBus
+    from toolstream.nats._driver import NatsBroker
+    from toolstream.testing import StallingBroker
+
+    driver = NatsBroker(
+        [server.url],
+        prefix=options.pop("prefix", None) or f"t{uuid.uuid4().hex[:10]}",
+        replicas=1,
+        replay=options.get("replay", 1_000),
+        session_ttl=options.pop("session_ttl", 3600.0),
+        lease=options.get("lease", 10.0),
+        connect_timeout=options.get("connect_timeout", 5.0),
+        request_timeout=options.pop("request_timeout", 2.0),
+    )
+    return BrokerBus(StallingBroker(driver), **options)
+
+
 def bus_factory(server: NatsServer, **options: object) -> BusFactory:
     async def make() -> Any:
         bus = make_bus(server, **options)
@@ -384,7 +406,7 @@ async def test_outbox_overflow_drops_deltas_and_keeps_lifecycle(own_nats: NatsSe
 
 
 async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) -> None:
-    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, nats_server))
+    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_hooked_bus, nats_server))
 
 
 def _lease_entry_writes(bus: Any, opened: ts.Event) -> tuple[Any, Any]:
@@ -532,7 +554,7 @@ async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     nats_server: NatsServer,
 ) -> None:
     await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
-        partial(make_bus, nats_server)
+        partial(make_hooked_bus, nats_server)
     )
 
 
@@ -592,7 +614,9 @@ async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_pat
 
 
 async def test_an_approval_touched_before_its_request_is_written(nats_server: NatsServer) -> None:
-    await broker_checks.approval_before_its_request_is_written(partial(make_bus, nats_server))
+    await broker_checks.approval_before_its_request_is_written(
+        partial(make_hooked_bus, nats_server)
+    )
 
 
 async def test_an_approval_withdrawn_while_nats_is_down(own_nats: NatsServer) -> None:
@@ -611,7 +635,7 @@ async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> No
 
 async def test_an_approval_request_written_during_a_read(nats_server: NatsServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, nats_server), "approval"
+        partial(make_hooked_bus, nats_server)
     )
 
 
