@@ -143,8 +143,7 @@ class NatsReader:
             self.reconnects += 1
         if moved:
             self._returned = after
-        if self._sub is None:
-            self._buffer = []
+        if self._sub is None and not self._buffer:  # (what direct gets buffered goes first)
             self._returned = after
             self._next = after + 1
             self._generation = self._conn.generation
