@@ -114,6 +114,9 @@ class BrokerBus:
     """
 
     _stats_type: type[BrokerBusStats] = BrokerBusStats
+    #: What :meth:`subscribe` and :meth:`resume` make (a driver's bus may start live
+    #: subscriptions its own way: ``NatsBus`` by the events' times).
+    _subscription_type: type[BrokerSubscription[Any]] = BrokerSubscription
 
     def __init__(
         self,
@@ -645,7 +648,7 @@ class BrokerBus:
         with self._lock:
             since = self.broker.next_seq(self._last, self.clock()) - 1
             barrier = self.outbox.published
-        sub: BrokerSubscription[Any] = BrokerSubscription(
+        sub: BrokerSubscription[Any] = self._subscription_type(
             self, session, request=request, since=since, barrier=barrier
         )
         self._subs.add(sub)

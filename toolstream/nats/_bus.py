@@ -20,13 +20,12 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 
 from toolstream._core.broker import BrokerStart, SessionState
 from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
-from toolstream._core.errors import BusClosed
 from toolstream._core.events import Event
 from toolstream._core.outbox import OutboxOverflow
 from toolstream._core.payload import PayloadPolicy
@@ -129,6 +128,7 @@ class NatsBus(BrokerBus):
     """
 
     _stats_type = NatsBusStats
+    _subscription_type = NatsSubscription
 
     def __init__(
         self,
@@ -241,27 +241,6 @@ class NatsBus(BrokerBus):
         process reaps it (compare-and-swap on the entry). Runs every ``lease / 3``
         seconds on its own when ``reap=True``."""
         return await super().reap_lost()
-
-    def _open(self, request: StartRequest) -> NatsSubscription[Any]:
-        # BrokerBus's, making a NatsSubscription (which starts live by time).
-        session = request.session
-        if session is None:
-            raise ValueError(
-                "NatsBus subscriptions need session=: each session is one subject "
-                "(see docs/scaling.md)"
-            )
-        self._require_asyncio("subscribe()")
-        if self._closed:
-            raise BusClosed("the bus is closed")
-        self.start_here()
-        with self._lock:
-            since = self.broker.next_seq(self._last, self.clock()) - 1
-            barrier = self.outbox.published
-        sub: NatsSubscription[Any] = NatsSubscription(
-            self, session, request=request, since=since, barrier=barrier
-        )
-        self._subs.add(sub)
-        return sub
 
     async def expire_sessions(self) -> int:
         """Purge every session with no event for ``session_ttl`` seconds (its messages
