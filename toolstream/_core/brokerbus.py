@@ -18,7 +18,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -45,9 +45,31 @@ from .wake import current_backend
 
 logger = logging.getLogger("toolstream.broker")
 
-__all__ = ["BrokerBus", "BrokerBusStats", "BrokerSubscription", "OutboxOverflow"]
+__all__ = ["BrokerBus", "BrokerBusStats", "BrokerSubscription", "OutboxOverflow", "bus_options"]
 
 E = TypeVar("E", bound=Event)
+
+
+#: The options of :class:`BrokerBus` (after its driver), as a driver's bus takes them.
+BUS_OPTIONS = (
+    "replay",
+    "outbox",
+    "outbox_overflow",
+    "lease",
+    "reap",
+    "connect_timeout",
+    "batch",
+    "clock",
+    "max_finished",
+    "reset_bytes",
+    "payload",
+)
+
+
+def bus_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`BrokerBus`'s options among ``given`` (a driver's bus passes its
+    ``locals()``: ``super().__init__(driver, **bus_options(locals()))``)."""
+    return {name: given[name] for name in BUS_OPTIONS if name in given}
 
 
 @attrs.define

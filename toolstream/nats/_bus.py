@@ -25,7 +25,7 @@ from typing import TypeVar
 import attrs
 
 from toolstream._core.broker import BrokerStart, SessionState
-from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
+from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription, bus_options
 from toolstream._core.events import Event
 from toolstream._core.outbox import OutboxOverflow
 from toolstream._core.payload import PayloadPolicy
@@ -188,20 +188,7 @@ class NatsBus(BrokerBus):
         #: The stream, subjects and buckets of ``prefix``.
         self.names = driver.names
         driver.on_new_epoch = self._new_epoch
-        super().__init__(
-            driver,
-            replay=replay,
-            outbox=outbox,
-            outbox_overflow=outbox_overflow,
-            lease=lease,
-            reap=reap,
-            connect_timeout=connect_timeout,
-            batch=batch,
-            clock=clock,
-            max_finished=max_finished,
-            reset_bytes=reset_bytes,
-            payload=payload,
-        )
+        super().__init__(driver, **bus_options(locals()))
         self._driver = driver
 
     def __repr__(self) -> str:

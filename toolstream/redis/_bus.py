@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
+from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription, bus_options
 from toolstream._core.outbox import OutboxOverflow
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES
@@ -92,20 +92,7 @@ class RedisBus(BrokerBus):
         self.url = url
         self.prefix = prefix
         self.session_ttl = session_ttl
-        super().__init__(
-            driver,
-            replay=replay,
-            outbox=outbox,
-            outbox_overflow=outbox_overflow,
-            lease=lease,
-            reap=reap,
-            connect_timeout=connect_timeout,
-            batch=batch,
-            clock=clock,
-            max_finished=max_finished,
-            reset_bytes=reset_bytes,
-            payload=payload,
-        )
+        super().__init__(driver, **bus_options(locals()))
         #: Whether ``url`` is a Redis Cluster.
         self.cluster = bool(driver.cluster)
 
