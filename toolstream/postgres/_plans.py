@@ -1,0 +1,327 @@
+"""What each :class:`~toolstream._core.driver.Broker` operation does in PostgreSQL, as a
+*plan*: a generator that yields the statements of a step (run pipelined: one round
+trip), receives their rows, decides in Python and yields the next step; its return
+value is the operation's answer. One plan runs in one transaction, on an async or a
+sync connection alike (:mod:`toolstream.postgres._broker` drives it), so the logic of
+every operation is written once.
+
+The writes to a session (append, resolve, reap) first lock the session's row: they
+happen one at a time per session, whatever the processes, and each sees what the one
+before it committed. The semantics are the Redis scripts' (toolstream/redis/_scripts.py:
+FLUSH, RESOLVE, REAP, CLAIM...), step for step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, TypeVar
+
+from toolstream._core.codec import to_dict
+from toolstream._core.driver import Appended, Record, Resolution, StoredState, Variant
+from toolstream._core.events import ErrorInfo, Event, RunFinished, ToolCancelled
+from toolstream._core.jsonenc import dumps
+
+from ._schema import Statements
+
+__all__ = [
+    "SCALE",
+    "Plan",
+    "Query",
+    "append",
+    "claim",
+    "ensure_epoch",
+    "ensure_schema",
+    "read_state",
+    "reap",
+    "resolve",
+    "seq_at",
+]
+
+T = TypeVar("T")
+
+#: A statement, its parameters and whether its rows are wanted.
+Query = tuple[bytes, Sequence[Any], bool]
+#: Rows of each statement of a step (None where not wanted).
+Rows = list[list[tuple[Any, ...]] | None]
+Plan = Generator[list[Query], Rows, T]
+
+#: An event's seq is ``ms * SCALE + n`` (the Redis stream entry id ``ms-n``).
+SCALE = 1_000_000
+#: What a tracker's own withdrawal of its approval records as the decision.
+_CANCELLED = dumps({"approved": False, "by": "cancelled"})
+
+
+def seq_at(now: float, last: int) -> int:
+    """The seq of an event written at ``now`` after seq ``last``."""
+    return max(int(now * 1000) * SCALE, last + 1)
+
+
+def _rows(got: list[tuple[Any, ...]] | None) -> list[tuple[Any, ...]]:
+    assert got is not None
+    return got
+
+
+def _blob(event: Event) -> str:
+    data = to_dict(event)
+    del data["id"]
+    return dumps(data)
+
+
+def ensure_schema(s: Statements) -> Plan[bool]:
+    """Create the tables unless they all exist (under an advisory lock: two processes
+    starting at once do not collide); True if it created anything."""
+    got = yield [(s.q["schema_present"], (s.relations,), True)]
+    if _rows(got[0])[0][0]:
+        return False
+    yield [(s.q["schema_lock"], (s.schema_key,), False), *((d, (), False) for d in s.ddl)]
+    return True
+
+
+def ensure_epoch(s: Statements, token: str) -> Plan[str]:
+    """The epoch, ``token`` stored as it if there is none."""
+    got = yield [(s.q["epoch_insert"], (token,), False), (s.q["epoch"], (), True)]
+    return str(_rows(got[1])[0][0])
+
+
+def _notify(s: Statements, session: str) -> Query:
+    # A payload is at most 8,000 bytes: a longer name wakes every reader instead.
+    payload = session if len(session.encode("utf-8", "surrogatepass")) < 7_000 else ""
+    return (s.q["notify"], (s.events_channel, payload), False)
+
+
+def _notify_approval(s: Statements, session: str, approval_id: str) -> Query:
+    payload = dumps([session, approval_id])
+    if len(payload.encode("utf-8", "surrogatepass")) >= 7_000:
+        payload = ""
+    return (s.q["notify"], (s.approvals_channel, payload), False)
+
+
+def append(
+    s: Statements, session: str, token: str, records: Sequence[Record], incarnation: str
+) -> Plan[Appended]:
+    """:meth:`Broker.append`: FLUSH's logic (``incarnation``: the session's if this is
+    its first write)."""
+    calls = sorted({r.call_id for r in records if r.call_id})
+    runs = sorted({r.run_id for r in records if r.kind == "f" and r.run_id})
+    aids = sorted({r.approval_id for r in records if r.kind in ("A", "R")})
+    step: list[Query] = [
+        (s.q["lock_new"], (session, incarnation), False),
+        (s.q["session"], (session,), True),
+        (s.q["mark"], (session, token), True),
+    ]
+    if calls or runs:
+        step.append((s.q["fenced_of"], (session, token, calls, runs), True))
+    if aids:
+        step.append((s.q["statuses"], (session, aids), True))
+    got = yield step
+    inc, last = _rows(got[1])[0]
+    marks = _rows(got[2])
+    mark: int | None = marks[0][0] if marks else None
+    fenced = {(k, i) for k, i in _rows(got[3])} if calls or runs else set()
+    status: dict[str, str] = dict(_rows(got[-1])) if aids else {}
+
+    codes: list[int] = []
+    moved: list[int] = []
+    seqs: list[int] = []
+    blobs: list[str] = []
+    # The net effect on the open calls and runs of this writer, by (kind, id): "nx"
+    # (insert unless there), "set" (insert or replace: it was deleted earlier in the
+    # batch) or "del", with the tool, run id and seq of the opening event.
+    ops: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+    new_approvals: dict[str, list[Any]] = {}
+    decided: list[tuple[str, int, str]] = []  # (approval_id, seq, blob) of "R" records
+    for r in records:
+        if mark is not None and r.seq <= mark:
+            codes.append(1)
+            continue
+        if r.kind == "R" and status.get(r.approval_id) == "r":
+            codes.append(2)
+            continue
+        if (r.call_id and ("c", r.call_id) in fenced) or (
+            r.kind == "f" and ("r", r.run_id) in fenced
+        ):
+            codes.append(2)
+            continue
+        if r.seq > last:
+            seq = r.seq
+            codes.append(0)
+        else:  # another writer's events are ahead of this writer's clock
+            seq = last + 1
+            codes.append(3)
+            moved.append(seq)
+        last = seq
+        # The high-water mark is in the writer's own numbering (what a retry resends).
+        mark = r.seq
+        seqs.append(seq)
+        blobs.append(r.blob)
+        kind = r.kind
+        if kind in ("o", "r"):
+            key = ("c", r.call_id) if kind == "o" else ("r", r.run_id)
+            before = ops.get(key)
+            if before is None or before[0] == "del":
+                mode = "nx" if before is None else "set"
+                tool, run_id = (r.tool, r.run_id) if kind == "o" else ("", "")
+                ops[key] = (mode, tool, run_id, seq)
+        elif kind in ("t", "f"):
+            ops[("c", r.call_id) if kind == "t" else ("r", r.run_id)] = ("del", "", "", 0)
+        elif kind == "A":
+            if r.approval_id not in status:
+                status[r.approval_id] = "p"
+                meta = r.meta or {}
+                new_approvals[r.approval_id] = [
+                    *(session, r.approval_id, "p", dumps(meta)),
+                    *(str(meta.get("w", token)), str(meta.get("cid", r.call_id))),
+                    *(meta.get("exp"), None, None, None),
+                ]
+        elif kind == "R":
+            status[r.approval_id] = "r"
+            row = new_approvals.get(r.approval_id)
+            if row is not None:
+                row[2], row[7], row[8], row[9] = "r", r.blob, seq, _CANCELLED
+            else:
+                decided.append((r.approval_id, seq, r.blob))
+
+    writes: list[Query] = []
+    if seqs:
+        writes.append((s.q["insert_events"], (session, seqs, blobs), False))
+    dels = [k for k, v in ops.items() if v[0] == "del"]
+    if dels:
+        kinds, ids = [k for k, _ in dels], [i for _, i in dels]
+        writes.append((s.q["open_delete"], (session, token, kinds, ids), False))
+    for mode, name in (("nx", "open_insert"), ("set", "open_replace")):
+        rows = [(k, i, v[1], v[2], v[3]) for (k, i), v in ops.items() if v[0] == mode]
+        if rows:
+            cols = [list(c) for c in zip(*rows, strict=True)]
+            writes.append((s.q[name], (session, token, *cols), False))
+    for row in new_approvals.values():
+        writes.append((s.q["approval_insert"], row, False))
+    for approval_id, seq, blob in decided:
+        writes.append(
+            (s.q["approval_resolved"], (blob, seq, _CANCELLED, session, approval_id), False)
+        )
+    if seqs:
+        assert mark is not None
+        writes.append((s.q["mark_set"], (session, token, mark), False))
+        writes.append((s.q["session_written"], (last, session), False))
+        writes.append(_notify(s, session))
+    for approval_id in sorted({r.approval_id for r in records if r.kind == "R"}):
+        if status.get(approval_id) == "r":
+            writes.append(_notify_approval(s, session, approval_id))
+    if writes:
+        yield writes
+    return Appended(str(inc), codes, moved)
+
+
+def read_state(s: Statements, session: str, upto: int | None) -> Plan[StoredState]:
+    """:meth:`Broker.read_state`, in one statement (one snapshot)."""
+    got = yield [(s.q["read_state"], (upto if upto is not None else 2**63 - 1, session), True)]
+    rows = _rows(got[0])
+    if not rows:
+        return StoredState("", 0, 0, None, [])
+    inc, last, floor, ck_seq, ck_state, _, _ = rows[0]
+    events = [(seq, blob) for *_, seq, blob in rows if seq is not None]
+    checkpoint = (int(ck_seq), str(ck_state)) if ck_state is not None else None
+    return StoredState(str(inc), int(last), max(int(floor), int(ck_seq)), checkpoint, events)
+
+
+def resolve(
+    s: Statements,
+    session: str,
+    approval_id: str,
+    now: float,
+    by_timeout: bool,
+    variants: Sequence[Variant],
+) -> Plan[Resolution]:
+    """:meth:`Broker.resolve`: RESOLVE's logic."""
+    got = yield [
+        (s.q["lock"], (session,), True),
+        (s.q["approval_for_update"], (session, approval_id), True),
+    ]
+    locked, found = _rows(got[0]), _rows(got[1])
+    if not locked or not found:
+        return Resolution("notfound", "", 0)
+    last = int(locked[0][0])
+    status, res, rid, expires, writer, call_id, fenced = found[0]
+    if status == "r":
+        return Resolution("resolved", str(res or ""), int(rid or 0))
+    if fenced:  # the call was closed elsewhere (a reaper): the cancellation
+        outcome, (blob, decision, denial) = "resolved", variants[2]
+    elif not by_timeout and expires is not None and now >= expires:
+        outcome, (blob, decision, denial) = "expired", variants[1]
+    else:
+        outcome, (blob, decision, denial) = "ok", variants[0]
+    seq = seq_at(now, last)
+    seqs, blobs = [seq], [blob]
+    writes: list[Query] = []
+    if denial:
+        seqs.append(seq + 1)
+        blobs.append(denial)
+        writes.append((s.q["fence"], (session, writer, ["c"], [call_id]), False))
+        writes.append((s.q["open_delete"], (session, writer, ["c"], [call_id]), False))
+    yield [
+        (s.q["insert_events"], (session, seqs, blobs), False),
+        *writes,
+        (s.q["approval_decided"], (blob, seq, decision, session, approval_id), False),
+        (s.q["session_written"], (seqs[-1], session), False),
+        _notify(s, session),
+        _notify_approval(s, session, approval_id),
+    ]
+    return Resolution(outcome, blob, seq)  # type: ignore[arg-type]  # a literal above
+
+
+def reap(s: Statements, session: str, token: str, reason: str, now: float) -> Plan[int]:
+    """:meth:`Broker.reap`: REAP's logic (a ``tool.cancelled`` per open call, then a
+    ``run.finished`` per open run, each fenced)."""
+    got = yield [
+        (s.q["lock"], (session,), True),
+        (s.q["open_of"], (session, token), True),
+    ]
+    locked, items = _rows(got[0]), _rows(got[1])
+    if not locked or not items:
+        return 0
+    last = int(locked[0][0])
+    events: list[Event] = [
+        ToolCancelled(
+            id="-", session=session, ts=now, call_id=i, tool=tool, run_id=rid or None, reason=reason
+        )
+        for kind, i, tool, rid in items
+        if kind == "c"
+    ]
+    events += [
+        RunFinished(
+            id="-",
+            session=session,
+            ts=now,
+            run_id=i,
+            outcome="cancelled",
+            error=ErrorInfo(type="WorkerLost", message=reason),
+        )
+        for kind, i, _, _ in items
+        if kind == "r"
+    ]
+    first = seq_at(now, last)
+    seqs = list(range(first, first + len(events)))
+    kinds, ids = [str(k) for k, *_ in items], [str(i) for _, i, *_ in items]
+    yield [
+        (s.q["insert_events"], (session, seqs, [_blob(e) for e in events]), False),
+        (s.q["fence"], (session, token, kinds, ids), False),
+        (s.q["open_clear"], (session, token), False),
+        (s.q["session_written"], (seqs[-1], session), False),
+        _notify(s, session),
+    ]
+    return len(events)
+
+
+def claim(s: Statements, token: str, force: bool) -> Plan[list[str] | None]:
+    """:meth:`Broker.claim`: CLAIM's logic."""
+    got = yield [(s.q["claim_lock"], (token,), True)]
+    rows = _rows(got[0])
+    if not rows:
+        return None  # never held a lease, or reaped and released
+    held, lost, alive = rows[0]
+    if alive and not force:
+        return None
+    if not held and not lost:
+        return None  # reaped already
+    got = yield [(s.q["claim"], (token,), False), (s.q["writer_sessions"], (token,), True)]
+    return [str(r[0]) for r in _rows(got[1])]
