@@ -76,6 +76,15 @@ def test_bad_arguments(redis_server: RedisServer) -> None:
         RedisBus(redis_server.url, lease=0.01)
 
 
+async def test_redis_bus_is_a_broker_bus_over_its_driver(redis_server: RedisServer) -> None:
+    from toolstream.broker import Broker, BrokerBus
+
+    async with make_bus(redis_server) as bus:
+        assert isinstance(bus, BrokerBus)
+        assert isinstance(bus.broker, Broker)
+        assert bus.broker.where.startswith("Redis at redis://127.0.0.1:")
+
+
 def test_unreachable_redis_is_a_clear_error() -> None:
     from tests.redis_server import free_port
 
@@ -430,7 +439,7 @@ async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> 
 
 async def test_an_approval_request_written_during_a_read(redis_server: RedisServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, redis_server), "_run"
+        partial(make_bus, redis_server), "approval"
     )
 
 

@@ -30,6 +30,18 @@ The data model a driver keeps (per ``prefix``):
 - per **writer** (a bus's ``token``): a **lease** (``hold``), the sessions it wrote to,
   and whether a reaper claimed it.
 
+Events a driver writes on its own (what :meth:`Broker.reap` and :meth:`Broker.resolve`
+append, and a renumbered event) get a seq above the session's last that follows the
+broker's clock where it has one — ``next_seq(last, now)`` with the broker's ``now``
+(Redis: ``XADD *``, the server's clock) — so a subscription that starts "live" at
+``next_seq(...) - 1`` on a quiet session does not start after them. Time to live and
+retention (:meth:`Broker.expire`, :meth:`Broker.trim_due`) may be measured on the
+broker's own clock rather than the ``now`` the bus passes.
+
+A driver instance serves one bus: the bus calls :meth:`Broker.aclose` when it closes
+(``MemoryBroker``, which stands for a broker several buses share, is the exception:
+its ``start`` and ``aclose`` do nothing).
+
 A driver raises one of its ``retryable`` errors when the broker cannot be reached (the
 bus retries), and :class:`~toolstream._core.outbox.Refused` from :meth:`Broker.append`
 for an answer retrying cannot cure.
