@@ -51,9 +51,10 @@ SCALE = 1_000_000
 _CANCELLED = dumps({"approved": False, "by": "cancelled"})
 
 
-def seq_at(now: float, last: int) -> int:
-    """The seq of an event written at ``now`` after seq ``last``."""
-    return max(int(now * 1000) * SCALE, last + 1)
+def seq_at(now_ms: int, last: int) -> int:
+    """The seq of an event the driver writes on its own at ``now_ms`` (the database's
+    clock) after seq ``last``."""
+    return max(now_ms * SCALE, last + 1)
 
 
 def _rows(got: list[tuple[Any, ...]] | None) -> list[tuple[Any, ...]]:
@@ -108,6 +109,7 @@ def append(
         (s.q["lock_new"], (session, incarnation), False),
         (s.q["session"], (session,), True),
         (s.q["mark"], (session, token), True),
+        (s.q["now_ms"], (), True),
     ]
     if calls or runs:
         step.append((s.q["fenced_of"], (session, token, calls, runs), True))
@@ -116,8 +118,9 @@ def append(
     got = yield step
     inc, last = _rows(got[1])[0]
     marks = _rows(got[2])
+    now_ms = int(_rows(got[3])[0][0])
     mark: int | None = marks[0][0] if marks else None
-    fenced = {(k, i) for k, i in _rows(got[3])} if calls or runs else set()
+    fenced = {(k, i) for k, i in _rows(got[4])} if calls or runs else set()
     status: dict[str, str] = dict(_rows(got[-1])) if aids else {}
 
     codes: list[int] = []
@@ -146,7 +149,7 @@ def append(
             seq = r.seq
             codes.append(0)
         else:  # another writer's events are ahead of this writer's clock
-            seq = last + 1
+            seq = max(now_ms * SCALE, last + 1)  # Redis's XADD *: the broker's clock
             codes.append(3)
             moved.append(seq)
         last = seq
@@ -236,8 +239,9 @@ def resolve(
     got = yield [
         (s.q["lock"], (session,), True),
         (s.q["approval_for_update"], (session, approval_id), True),
+        (s.q["now_ms"], (), True),
     ]
-    locked, found = _rows(got[0]), _rows(got[1])
+    locked, found, now_ms = _rows(got[0]), _rows(got[1]), int(_rows(got[2])[0][0])
     if not locked or not found:
         return Resolution("notfound", "", 0)
     last = int(locked[0][0])
@@ -250,7 +254,7 @@ def resolve(
         outcome, (blob, decision, denial) = "expired", variants[1]
     else:
         outcome, (blob, decision, denial) = "ok", variants[0]
-    seq = seq_at(now, last)
+    seq = seq_at(now_ms, last)
     seqs, blobs = [seq], [blob]
     writes: list[Query] = []
     if denial:
@@ -275,8 +279,9 @@ def reap(s: Statements, session: str, token: str, reason: str, now: float) -> Pl
     got = yield [
         (s.q["lock"], (session,), True),
         (s.q["open_of"], (session, token), True),
+        (s.q["now_ms"], (), True),
     ]
-    locked, items = _rows(got[0]), _rows(got[1])
+    locked, items, now_ms = _rows(got[0]), _rows(got[1]), int(_rows(got[2])[0][0])
     if not locked or not items:
         return 0
     last = int(locked[0][0])
@@ -299,7 +304,7 @@ def reap(s: Statements, session: str, token: str, reason: str, now: float) -> Pl
         for kind, i, _, _ in items
         if kind == "r"
     ]
-    first = seq_at(now, last)
+    first = seq_at(now_ms, last)
     seqs = list(range(first, first + len(events)))
     kinds, ids = [str(k) for k, *_ in items], [str(i) for _, i, *_ in items]
     yield [

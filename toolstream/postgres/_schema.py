@@ -121,6 +121,9 @@ _STATEMENTS: dict[str, LiteralString] = {
         WHERE s.incarnation = ''""",
     "session": "SELECT incarnation, last FROM {sessions} WHERE session = %s",
     "lock": "SELECT last FROM {sessions} WHERE session = %s FOR UPDATE",
+    # The database's clock, in ms, read after the lock: what the seq of an event the
+    # driver writes on its own (renumbered, a reaper's, a decision's) follows.
+    "now_ms": "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
     "mark": "SELECT hw FROM {marks} WHERE session = %s AND writer = %s",
     "fenced_of": """SELECT kind, id FROM {fenced} WHERE session = %s AND writer = %s
         AND ((kind = 'c' AND id = ANY(%s::text[])) OR (kind = 'r' AND id = ANY(%s::text[])))""",

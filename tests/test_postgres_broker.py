@@ -1,6 +1,6 @@
-"""PostgresBroker (and PostgresBus) against a real PostgreSQL server the tests start:
-each driver operation on its own, then the Bus conformance suite and the broker checks.
-"""
+"""PostgresBroker, the driver of PostgresBus, against a real PostgreSQL server the tests
+start: each operation of the driver protocol on its own (tests/test_postgres_bus.py runs
+the bus over it)."""
 
 from __future__ import annotations
 
@@ -132,24 +132,34 @@ def test_open_twice_keeps_the_epoch_and_two_processes_create_once(
 
 
 async def test_append_codes_duplicates_and_renumbering(broker: PostgresBroker) -> None:
-    first = await broker.append("s", "w1", [rec("-", 10), rec("-", 11)])
+    ahead = 4_000_000_000_000 * SCALE  # a writer whose clock is far ahead (2096)
+    first = await broker.append("s", "w1", [rec("-", ahead + 10), rec("-", ahead + 11)])
     assert first.codes == [0, 0] and first.renumbered == []
     assert first.incarnation
     # A retried batch (its reply lost): recognised, not written twice.
-    again = await broker.append("s", "w1", [rec("-", 10), rec("-", 11), rec("-", 12)])
+    again = await broker.append(
+        "s", "w1", [rec("-", ahead + 10), rec("-", ahead + 11), rec("-", ahead + 12)]
+    )
     assert again.codes == [1, 1, 0]
     assert again.incarnation == first.incarnation
     # Another writer whose clock is behind: written after, renumbered, in order.
     behind = await broker.append("s", "w2", [rec("-", 5), rec("-", 20)])
-    assert behind.codes == [3, 0] and behind.renumbered == [13]
-    # Its high-water mark is in its own numbering: 5 is a duplicate now, 6 is not.
-    more = await broker.append("s", "w2", [rec("-", 5), rec("-", 21)])
-    assert more.codes == [1, 0]
+    assert behind.codes == [3, 3] and behind.renumbered == [ahead + 13, ahead + 14]
+    # Its high-water mark is in its own numbering: 20 is a duplicate now, 21 is not.
+    more = await broker.append("s", "w2", [rec("-", 20), rec("-", 21)])
+    assert more.codes == [1, 3] and more.renumbered == [ahead + 15]
     state = await broker.read_state("s")
-    assert [seq for seq, _ in state.events] == [10, 11, 12, 13, 20, 21]
-    assert state.last == 21 and state.floor == 0 and state.checkpoint is None
+    assert [seq - ahead for seq, _ in state.events] == [10, 11, 12, 13, 14, 15]
+    assert state.last == ahead + 15 and state.floor == 0 and state.checkpoint is None
     assert state.incarnation == first.incarnation
-    assert [json.loads(b)["n"] for _, b in state.events] == [10, 11, 12, 5, 20, 21]
+    assert [json.loads(b)["n"] - ahead for _, b in state.events][:3] == [10, 11, 12]
+    assert [json.loads(b)["n"] for _, b in state.events][3:] == [5, 20, 21]
+    # Renumbered on a quiet session, a seq follows the database's clock (Redis's XADD *):
+    # a subscription starting "live" now does not start after it.
+    await broker.append("q", "w1", [rec("-", 10)])
+    before = int(time.time() * 1000) * SCALE
+    moved = await broker.append("q", "w2", [rec("-", 3)])
+    assert moved.renumbered[0] >= before - 1000 * SCALE  # (one host: clocks agree)
     other = await broker.read_state("never-written")
     assert (other.incarnation, other.last, other.events) == ("", 0, [])
 
@@ -188,7 +198,7 @@ async def test_checkpoint_deletes_what_it_covers(broker: PostgresBroker) -> None
     state = broker.read_state_sync("s")
     assert state.events == [] and state.floor == 10 and state.last == 10
     # Deletion never lowers the last seq: the next write goes after it.
-    assert (await broker.append("s", "w2", [rec("-", 3)])).renumbered == [11]
+    assert (await broker.append("s", "w2", [rec("-", 3)])).renumbered[0] > 10
     await broker.checkpoint("unknown", 5, "x")  # no session: nothing is created
     assert (await broker.read_state("unknown")).checkpoint is None
 
@@ -472,7 +482,7 @@ async def test_readers_are_woken_by_another_process(
             assert (await r.read(0, 10)).events == []
         await quiet.read(0, 10)
         await eventually(lambda: broker.listening)  # read again after its wake-up
-        for r in readers:
+        for r in [*readers, quiet]:
             await r.wait(0, 0.01)
             await r.read(0, 10)
         started = time.monotonic()
