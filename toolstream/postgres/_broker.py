@@ -2,7 +2,7 @@
 (psycopg 3).
 
 Every operation is one transaction (:mod:`toolstream.postgres._plans` holds what each
-does, :mod:`toolstream.postgres._schema` the tables). Writers NOTIFY
+does, :mod:`toolstream.postgres._schema` the tables and the append function). Writers NOTIFY
 ``<prefix>_events`` (payload: the session) inside the transaction that wrote, so the
 wake-up goes out on commit; one listening connection per broker fans it out to the
 readers of that session. Readers run their ``SELECT`` on a small pool of connections
@@ -232,7 +232,7 @@ class PostgresBroker:
         :class:`~toolstream._core.outbox.Refused` for an error retrying cannot cure."""
         plan = _plans.append(self._s, session, token, records, secrets.token_hex(6))
         try:
-            return await self._run(plan)
+            return await self._run(plan, tx=False)  # one statement: atomic on its own
         except RETRYABLE:
             raise
         except psycopg.Error as exc:
