@@ -213,11 +213,15 @@ class PostgresBroker:
         """Stop listening and close every connection."""
         task, self._listener = self._listener, None
         if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            loop = task.get_loop()
+            if loop is asyncio.get_running_loop():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+            elif not loop.is_closed():  # closed from another loop than the bus ran in
+                loop.call_soon_threadsafe(task.cancel)
         if self._pool is not None:
             self._pool.close()
         with self._sync_lock:
