@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import toolstream as ts
+import toolstream.testing
 
 PUBLIC = {
     "PendingApproval",
@@ -90,6 +91,21 @@ PUBLIC = {
 }
 
 
+#: ``toolstream.testing``: helpers for users' tests, and the in-memory broker.
+TESTING = {
+    "BrokerDown",
+    "BusFactory",
+    "MemoryBroker",
+    "Recorder",
+    "StallingBroker",
+    "assert_ids_increase",
+    "assert_lifecycle",
+    "bus_conformance_checks",
+    "serve",
+    "sse_data",
+}
+
+
 def test_all_is_the_documented_api() -> None:
     assert set(ts.__all__) == PUBLIC
     assert len(ts.__all__) == len(PUBLIC), "a name is listed twice in __all__"
@@ -120,6 +136,20 @@ def test_public_methods_are_documented() -> None:
             if attr.startswith("_") or not callable(member):
                 continue
             assert member.__doc__, f"{name}.{attr} has no docstring"
+
+
+def test_testing_exports_exactly_its_helpers_each_documented() -> None:
+    testing = toolstream.testing
+    assert set(testing.__all__) == TESTING
+    assert len(testing.__all__) == len(TESTING), "a name is listed twice in __all__"
+    for name in testing.__all__:
+        obj = getattr(testing, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        assert obj.__doc__ and obj.__doc__.strip(), f"testing.{name} has no docstring"
+        for attr, member in vars(obj).items() if inspect.isclass(obj) else ():
+            if not attr.startswith("_") and callable(member):
+                assert member.__doc__, f"testing.{name}.{attr} has no docstring"
 
 
 def test_every_error_derives_from_the_base() -> None:

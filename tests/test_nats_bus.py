@@ -522,9 +522,7 @@ async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> No
 
 
 async def test_an_approval_request_written_during_a_read(nats_server: NatsServer) -> None:
-    await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, nats_server), "_get"
-    )
+    await broker_checks.approval_request_written_during_a_read(partial(make_bus, nats_server))
 
 
 async def test_names_past_the_bound_never_reach_nats(nats_server: NatsServer) -> None:

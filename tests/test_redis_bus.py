@@ -16,8 +16,10 @@ import toolstream as ts
 from tests import broker_checks
 from tests.redis_server import RedisServer
 from tests.servers import eventually, take
+from toolstream.broker import BrokerBus
 from toolstream.redis import RedisBus
-from toolstream.testing import BusFactory, bus_conformance_checks
+from toolstream.redis._driver import RedisBroker
+from toolstream.testing import BusFactory, StallingBroker, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,6 +47,19 @@ async def test_redis_bus_conforms(
 def make_bus(server: RedisServer, **options: Any) -> RedisBus:
     options.setdefault("prefix", f"t{uuid.uuid4().hex[:10]}")
     return RedisBus(server.url, **options)
+
+
+def make_hooked_bus(server: RedisServer, **options: Any) -> BrokerBus:
+    """A RedisBus with test hooks, for the broker checks that need a broker to misbehave:
+    ``BrokerBus`` over ``StallingBroker(RedisBroker(...))``, as RedisBus is built."""
+    driver = RedisBroker(
+        server.url,
+        prefix=options.pop("prefix", None) or f"t{uuid.uuid4().hex[:10]}",
+        session_ttl=options.pop("session_ttl", 3600.0),
+        connect_timeout=options.get("connect_timeout", 5.0),
+        cluster=None,
+    )
+    return BrokerBus(StallingBroker(driver), **options)
 
 
 def raw(server: RedisServer) -> redis.Redis:
@@ -397,14 +412,16 @@ async def test_malformed_entries_are_skipped(redis_server: RedisServer) -> None:
 
 
 async def test_lost_worker_calls_closed_exactly_once(redis_server: RedisServer) -> None:
-    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, redis_server))
+    await broker_checks.lost_worker_calls_closed_exactly_once(
+        partial(make_hooked_bus, redis_server)
+    )
 
 
 async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
     redis_server: RedisServer,
 ) -> None:
     await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
-        partial(make_bus, redis_server)
+        partial(make_hooked_bus, redis_server)
     )
 
 
@@ -418,7 +435,9 @@ async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisSer
 async def test_an_approval_touched_before_its_request_is_written(
     redis_server: RedisServer,
 ) -> None:
-    await broker_checks.approval_before_its_request_is_written(partial(make_bus, redis_server))
+    await broker_checks.approval_before_its_request_is_written(
+        partial(make_hooked_bus, redis_server)
+    )
 
 
 async def test_an_approval_withdrawn_while_redis_is_down(own_redis: RedisServer) -> None:
@@ -439,7 +458,7 @@ async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> 
 
 async def test_an_approval_request_written_during_a_read(redis_server: RedisServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, redis_server), "approval"
+        partial(make_hooked_bus, redis_server)
     )
 
 

@@ -410,8 +410,9 @@ def test_a_client_that_stops_reading_is_cut_at_the_write_deadline() -> None:
 
 
 async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None:
-    # The deadline is the stream's own (a task beside the writer), on asyncio and trio:
-    # a server whose send never returns, as a client that stopped reading makes it.
+    # The deadline holds on asyncio and trio, watched from outside the writer (the
+    # loop's one watch): a server whose send never returns, as a client that stopped
+    # reading makes it.
     bus = ts.EventBus()
     app = SSEApp(bus, write_timeout=0.2)
     sent: list[Any] = []
@@ -434,6 +435,46 @@ async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None
             ts.Tracker(bus, "s1").create("t").complete("r")
     assert bus.subscriber_count() == 0 and app.open_streams == 0
     assert sent[-1]["body"].startswith(b": too slow"), sent[-1]
+
+
+async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
+    # 10,000 idle clients once cost a core: each stream's own watch woke four times a
+    # second to look for a server exit. One watch per event loop now looks at them all,
+    # and only while there are some.
+    from toolstream import _serving
+
+    bus = ts.EventBus()
+    app = SSEApp(bus)
+    heads = 0
+
+    async def send(message: Any) -> None:
+        nonlocal heads
+        if message["type"] == "http.response.start":
+            heads += 1
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    def scope(k: int) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "method": "GET",
+            "path": "/",
+            "headers": [],
+            "query_string": f"session=s{k}".encode(),
+        }
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for k in range(200):
+                tg.start_soon(app, scope(k), receive, send)
+            await eventually(lambda: app.open_streams == 200 and heads == 200)
+            watches = list(_serving._WATCHES.values())
+            assert len(watches) == 1 and len(watches[0].entries) == 200
+            app.shutdown()
+        await eventually(lambda: not _serving._WATCHES)
+    assert app.open_streams == 0
 
 
 async def test_shutdown_ends_open_streams(bus: ts.EventBus) -> None:

@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
@@ -74,7 +73,7 @@ __all__ = [
     "unavailable",
     "request_info",
     "subscribe_at",
-    "watch_server_exit",
+    "watched",
     "WriteDeadline",
 ]
 
@@ -100,7 +99,7 @@ def check_write_timeout(value: float) -> float:
 
 
 class WriteDeadline:
-    """An ASGI ``send`` whose writes are timed, for :func:`watch_server_exit` to end the
+    """An ASGI ``send`` whose writes are timed, for :func:`watched` to end the
     stream when one has not returned within ``timeout`` seconds.
 
     A server's ``send`` waits while the connection's buffers are full (its flow
@@ -501,22 +500,96 @@ def server_exiting() -> bool:
     return False
 
 
-async def watch_server_exit(
-    scope: anyio.CancelScope, interval: float = 0.25, *, deadline: WriteDeadline | None = None
-) -> None:
-    """Cancel ``scope`` when :func:`server_exiting` says so, or when a write through
-    ``deadline`` is overdue (then ``deadline.expired`` is set)."""
-    while not server_exiting():
-        wait = interval
-        if deadline is not None:
-            left = deadline.left()
-            if left is not None:
-                if left <= 0:
-                    deadline.expired = True
-                    break
+#: How often the shared watch looks at the server and the writes under way.
+WATCH_INTERVAL = 0.25
+
+
+class _Watch:
+    """The one watch of an event loop: every :data:`WATCH_INTERVAL` (sooner when a
+    write under way is due), it ends every registered stream if the server is exiting,
+    and each stream whose write has been under way past its deadline. One task for all
+    of a loop's streams — an idle stream costs nothing — which runs only while some are
+    registered."""
+
+    def __init__(self, key: object) -> None:
+        self.key = key
+        self.entries: dict[anyio.CancelScope, WriteDeadline | None] = {}
+        self.running = False
+
+    def start(self) -> None:
+        import asyncio
+        import sys
+
+        self.running = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            sys.modules["trio"].lowlevel.spawn_system_task(self.run, name="toolstream-watch")
+        else:
+            self.task = loop.create_task(self.run(), name="toolstream-watch")
+
+    async def run(self) -> None:
+        try:
+            wait = WATCH_INTERVAL
+            while self.entries:
+                await anyio.sleep(wait)
+                wait = self.look()
+        except Exception:  # pragma: no cover - never let the watch die silently
+            logger.exception("the stream watch failed")
+        finally:
+            self.running = False
+            if _WATCHES.get(self.key) is self:
+                del _WATCHES[self.key]
+
+    def look(self) -> float:
+        """End what is due; how long until the next look."""
+        exiting = server_exiting()
+        wait = WATCH_INTERVAL
+        now = time.monotonic()
+        for scope, deadline in list(self.entries.items()):
+            if exiting:
+                scope.cancel()
+                continue
+            if deadline is None or deadline.since is None:
+                continue
+            left = deadline.since + deadline.timeout - now
+            if left <= 0:
+                deadline.expired = True
+                scope.cancel()
+            else:
                 wait = min(wait, left)
-        await anyio.sleep(wait)
-    scope.cancel()
+        return wait
+
+
+_WATCHES: dict[object, _Watch] = {}
+
+
+def _loop_key() -> object:
+    import asyncio
+    import sys
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return sys.modules["trio"].lowlevel.current_trio_token()
+
+
+@contextmanager
+def watched(scope: anyio.CancelScope, deadline: WriteDeadline | None = None) -> Iterator[None]:
+    """Cancel ``scope`` while the block runs when :func:`server_exiting` says so, or when
+    a write through ``deadline`` is overdue (then ``deadline.expired`` is set). Costs no
+    task and no wake-up per stream: one watch per event loop looks at them all."""
+    key = _loop_key()
+    watch = _WATCHES.get(key)
+    if watch is None:
+        watch = _WATCHES[key] = _Watch(key)
+    watch.entries[scope] = deadline
+    if not watch.running:
+        watch.start()
+    try:
+        yield
+    finally:
+        watch.entries.pop(scope, None)
 
 
 # -- small HTTP responses (the SSE app's and the chat app's) ---------------------------------
@@ -671,7 +744,11 @@ async def event_stream(
     deadline = WriteDeadline(send, write_timeout)
     disconnected = False
     try:
-        with anyio.CancelScope() as cancel, streams.serving(cancel):
+        with (
+            anyio.CancelScope() as cancel,
+            streams.serving(cancel),
+            watched(cancel, deadline),
+        ):
             async with anyio.create_task_group() as tg:
 
                 async def watch() -> None:
@@ -682,7 +759,6 @@ async def event_stream(
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                tg.start_soon(partial(watch_server_exit, cancel, deadline=deadline))
                 await write(deadline)
                 tg.cancel_scope.cancel()
     except OSError:  # the connection went away while we wrote

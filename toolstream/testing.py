@@ -14,6 +14,12 @@ raise ``AssertionError``, to parametrize a test with::
     @pytest.mark.parametrize("check", bus_conformance_checks(), ids=lambda c: c.__name__)
     async def test_my_bus(check):
         await check(make_my_bus)
+
+``MemoryBroker`` is a broker in process memory: ``BrokerBus(MemoryBroker())`` is a
+broker-backed bus with no server, several ``BrokerBus`` over one ``MemoryBroker`` behave
+as processes sharing a broker, and its hooks (``down()``, ``stall()``, ``after()``,
+``lose_data()``) make the broker fail on purpose. ``StallingBroker(driver)`` gives any
+other driver (a real broker's) the ``stall()`` and ``after()`` hooks.
 """
 
 from __future__ import annotations
@@ -52,11 +58,16 @@ from ._core.events import (
     ToolStarted,
 )
 from ._core.ids import parse_event_id
+from ._core.memory_broker import BrokerDown, MemoryBroker
+from ._core.stalling import StallingBroker
 from ._core.subscription import Subscription
 
 __all__ = [
+    "BrokerDown",
     "BusFactory",
+    "MemoryBroker",
     "Recorder",
+    "StallingBroker",
     "assert_ids_increase",
     "assert_lifecycle",
     "bus_conformance_checks",

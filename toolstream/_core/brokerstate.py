@@ -69,9 +69,10 @@ def records(batch: Sequence[Event], token: str) -> list[Record]:
     for ev in batch:
         data = to_dict(ev)
         del data["id"]
-        blob = dumps(data)
-        seq = event_seq(ev.id)
+        kind: RecordKind = kinds.get(type(ev), "-")
+        approval_id, meta = "", None
         if isinstance(ev, ApprovalRequested):
+            kind, approval_id = "A", ev.approval_id
             meta = {
                 "s": ev.session,
                 "exp": ev.expires_at,
@@ -80,38 +81,19 @@ def records(batch: Sequence[Event], token: str) -> list[Record]:
                 "env": [ev.run_id, ev.call_id, ev.tool, ev.parent_call_id],
                 "w": token,
             }
-            out.append(
-                Record(
-                    kind="A",
-                    seq=seq,
-                    event=ev,
-                    blob=blob,
-                    call_id=ev.call_id,
-                    approval_id=ev.approval_id,
-                    meta=meta,
-                )
-            )
         elif isinstance(ev, ApprovalResolved):
-            out.append(
-                Record(
-                    kind="R",
-                    seq=seq,
-                    event=ev,
-                    blob=blob,
-                    call_id=ev.call_id,
-                    approval_id=ev.approval_id,
-                )
+            kind, approval_id = "R", ev.approval_id
+        out.append(
+            Record(
+                kind=kind,
+                seq=event_seq(ev.id),
+                event=ev,
+                blob=dumps(data),
+                call_id=ev.call_id or "",
+                run_id=ev.run_id or "",
+                tool=ev.tool or "",
+                approval_id=approval_id,
+                meta=meta,
             )
-        else:
-            out.append(
-                Record(
-                    kind=kinds.get(type(ev), "-"),
-                    seq=seq,
-                    event=ev,
-                    blob=blob,
-                    call_id=ev.call_id or "",
-                    run_id=ev.run_id or "",
-                    tool=ev.tool or "",
-                )
-            )
+        )
     return out

@@ -750,12 +750,9 @@ async def _host_agents(
     until the agent's tasks end; ``done()`` after. The server exiting (or the app's
     ``shutdown()``) cancels them: a turn never holds a server open."""
     try:
-        with anyio.CancelScope() as scope, streams.serving(scope):
-            async with anyio.create_task_group() as watching:
-                watching.start_soon(serving.watch_server_exit, scope)
-                async with anyio.create_task_group() as agents:
-                    task_status.started(agents)
-                    await started.wait()
-                watching.cancel_scope.cancel()  # the agent is done: stop watching
+        with anyio.CancelScope() as scope, streams.serving(scope), serving.watched(scope):
+            async with anyio.create_task_group() as agents:
+                task_status.started(agents)
+                await started.wait()
     finally:
         done()

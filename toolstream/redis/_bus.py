@@ -18,7 +18,6 @@ from toolstream._core.outbox import OutboxOverflow
 from toolstream._core.payload import PayloadPolicy
 from toolstream._core.snapshots import DEFAULT_RESET_BYTES
 
-from ._common import require_asyncio
 from ._driver import RedisBroker
 
 __all__ = ["OutboxOverflow", "RedisBus", "RedisBusStats", "RedisSubscription"]
@@ -82,14 +81,6 @@ class RedisBus(BrokerBus):
         payload: PayloadPolicy | None = None,
         cluster: bool | None = None,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-            raise ValueError(f"prefix must be a non-empty string without braces, got {prefix!r}")
-        if replay < 1:
-            raise ValueError(f"replay must be at least 1, got {replay}")
-        if not session_ttl >= 1:
-            raise ValueError(f"session_ttl must be at least 1 second, got {session_ttl}")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
         driver = RedisBroker(
             url,
             prefix=prefix,
@@ -123,6 +114,3 @@ class RedisBus(BrokerBus):
             f"<RedisBus {self._driver.where[len('Redis at ') :]} prefix={self.prefix!r} "
             f"epoch={self.epoch} outbox={len(self.outbox)}>"
         )
-
-    def _require_asyncio(self, what: str) -> None:
-        require_asyncio(what)

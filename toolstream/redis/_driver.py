@@ -80,9 +80,15 @@ def _approval(reply: Sequence[Any]) -> ApprovalState | None:
 
 
 def _resolve_args(
-    session: str, approval_id: str, now: float, by_timeout: bool, variants: Sequence[Variant]
+    session: str,
+    approval_id: str,
+    now: float,
+    ttl: int,
+    by_timeout: bool,
+    variants: Sequence[Variant],
 ) -> list[Any]:
-    args: list[Any] = [session, approval_id, now, "t" if by_timeout else "d"]
+    """The RESOLVE script's arguments after the session's base."""
+    args: list[Any] = [session, approval_id, now, ttl, "t" if by_timeout else "d"]
     for res, dec, den in variants:
         args += [res, dec, den or ""]
     return args
@@ -135,6 +141,10 @@ class RedisBroker:
         connect_timeout: float,
         cluster: bool | None,
     ) -> None:
+        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix must be a non-empty string without braces, got {prefix!r}")
+        if not session_ttl >= 1:
+            raise ValueError(f"session_ttl must be at least 1 second, got {session_ttl}")
         self.url = url
         self.prefix = prefix
         self.session_ttl = session_ttl
@@ -396,8 +406,7 @@ class RedisBroker:
         by_timeout: bool,
         variants: Sequence[Variant],
     ) -> Resolution:
-        args = _resolve_args(session, approval_id, now, by_timeout, variants)
-        args.insert(3, self._ttl)
+        args = _resolve_args(session, approval_id, now, self._ttl, by_timeout, variants)
         return _resolution(await self._script("RESOLVE", session, args))
 
     def resolve_sync(
@@ -408,8 +417,7 @@ class RedisBroker:
         by_timeout: bool,
         variants: Sequence[Variant],
     ) -> Resolution:
-        args = _resolve_args(session, approval_id, now, by_timeout, variants)
-        args.insert(3, self._ttl)
+        args = _resolve_args(session, approval_id, now, self._ttl, by_timeout, variants)
         return _resolution(self._sync_script("RESOLVE", session, args))
 
     async def wait_approval(self, session: str, approval_id: str, timeout: float) -> None:

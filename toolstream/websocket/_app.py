@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Iterable, MutableMapping
 from contextlib import aclosing
-from functools import partial
 from typing import Any
 
 import anyio
@@ -353,12 +352,13 @@ class _Connection:
     async def run(self) -> None:
         app = self.app
         try:
-            with self.scope, app._sockets.serving(self.scope):
+            with (
+                self.scope,
+                app._sockets.serving(self.scope),
+                serving.watched(self.scope, self._send),
+            ):
                 async with anyio.create_task_group() as self.tg:
                     self.tg.start_soon(self.keepalive)
-                    self.tg.start_soon(
-                        partial(serving.watch_server_exit, self.scope, deadline=self._send)
-                    )
                     try:
                         await self.read()
                     except _Gone:
