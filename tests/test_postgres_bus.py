@@ -4,7 +4,6 @@ kept by time, the epoch kept across restarts, few connections for many readers).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,8 +18,9 @@ import toolstream as ts
 from tests import broker_checks
 from tests.postgres_server import PostgresServer
 from tests.servers import eventually, take
-from toolstream.postgres import PostgresBus
-from toolstream.testing import BusFactory, bus_conformance_checks
+from toolstream.broker import BrokerBus
+from toolstream.postgres import PostgresBroker, PostgresBus
+from toolstream.testing import BusFactory, StallingBroker, bus_conformance_checks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,6 +34,20 @@ def anyio_backend() -> str:
 def make_bus(server: PostgresServer, **options: Any) -> PostgresBus:
     options.setdefault("prefix", f"t{uuid.uuid4().hex[:10]}")
     return PostgresBus(server.dsn, **options)
+
+
+def make_hooked_bus(server: PostgresServer, **options: Any) -> BrokerBus:
+    """A PostgresBus with test hooks, for the broker checks that need a broker to
+    misbehave: ``BrokerBus`` over ``StallingBroker(PostgresBroker(...))``, as PostgresBus
+    is built (``replay=None`` unless the check asks for count-based trimming)."""
+    driver = PostgresBroker(
+        server.dsn,
+        prefix=options.pop("prefix", None) or f"t{uuid.uuid4().hex[:10]}",
+        retention=options.pop("retention", 604800.0),
+        connect_timeout=options.get("connect_timeout", 5.0),
+    )
+    options.setdefault("replay", None)
+    return BrokerBus(StallingBroker(driver), **options)
 
 
 def stored(server: PostgresServer, prefix: str, session: str) -> list[tuple[int, str]]:
@@ -389,18 +403,18 @@ async def test_a_reader_left_behind_by_retention_is_cut_not_gapped(
     """A subscriber whose reader stalls while history older than the retention is
     deleted is cut with SlowConsumer (never silently handed a gap); resuming gives the
     reset it needs. (``reap=False``: this bus does not also delete the idle session.)"""
-    bus = make_bus(postgres_server, retention=0.5, lease=0.3, reap=False)
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    bus = make_hooked_bus(postgres_server, prefix=prefix, retention=0.5, lease=0.3, reap=False)
     try:
-        sub: Any = bus.subscribe(session="s", buffer=10_000)
+        sub = bus.subscribe(session="s", buffer=10_000)
         await sub.prepare()
-        sub._task.cancel()  # the reader stalls
-        published = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(100)
-        ]
-        await bus.flush(timeout=5)
-        await eventually(lambda: stored(postgres_server, bus.prefix, "s") == [], within=10)
-        sub._task = asyncio.get_running_loop().create_task(sub._read_loop())
+        with broker_checks.hooks(bus).stall("read"):  # the reader stalls
+            published = [
+                bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                for i in range(100)
+            ]
+            await bus.flush(timeout=5)
+            await eventually(lambda: stored(postgres_server, prefix, "s") == [], within=10)
         got: list[ts.Event] = []
 
         async def read_all() -> None:
@@ -419,7 +433,19 @@ async def test_a_reader_left_behind_by_retention_is_cut_not_gapped(
 
 
 async def test_lost_worker_calls_closed_exactly_once(postgres_server: PostgresServer) -> None:
-    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_bus, postgres_server))
+    await broker_checks.lost_worker_calls_closed_exactly_once(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_a_reader_left_behind_by_count_trimming_is_cut_not_gapped(
+    postgres_server: PostgresServer,
+) -> None:
+    """The driver keeps history by count too, under a ``BrokerBus(replay=...)`` of one's
+    own: the generic check, with ``replay=16``."""
+    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
+        partial(make_hooked_bus, postgres_server)
+    )
 
 
 async def test_two_buses_deciding_at_once_have_one_winner(
@@ -433,7 +459,9 @@ async def test_two_buses_deciding_at_once_have_one_winner(
 async def test_an_approval_touched_before_its_request_is_written(
     postgres_server: PostgresServer,
 ) -> None:
-    await broker_checks.approval_before_its_request_is_written(partial(make_bus, postgres_server))
+    await broker_checks.approval_before_its_request_is_written(
+        partial(make_hooked_bus, postgres_server)
+    )
 
 
 async def test_an_approval_withdrawn_while_postgres_is_down(own_postgres: PostgresServer) -> None:
@@ -458,7 +486,7 @@ async def test_an_approval_expiring_during_an_outage(own_postgres: PostgresServe
 
 async def test_an_approval_request_written_during_a_read(postgres_server: PostgresServer) -> None:
     await broker_checks.approval_request_written_during_a_read(
-        partial(make_bus, postgres_server), "approval"
+        partial(make_hooked_bus, postgres_server)
     )
 
 
