@@ -1,7 +1,8 @@
 """Processes for the broker-bus benchmarks: ``python -m benchmarks.broker_procs KIND PORT ...``.
 
 ``URL`` picks the bus: ``redis://`` a RedisBus (a cluster is detected), ``nats://`` a
-NatsBus (comma-separated: the servers of a cluster, with three replicas).
+NatsBus (comma-separated: the servers of a cluster, with three replicas),
+``postgresql://`` a PostgresBus.
 
 - ``gateway PORT URL PREFIX``: SSEApp on the bus, under uvicorn.
 - ``publisher PORT URL PREFIX EVENTS RATE``: waits for a second connection on PORT
@@ -24,6 +25,10 @@ from toolstream.sse import SSEApp
 
 def open_bus(url: str, prefix: str) -> Any:
     """The broker bus ``url`` names."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from toolstream.postgres import PostgresBus
+
+        return PostgresBus(url, prefix=prefix)
     if url.startswith("nats://"):
         from toolstream.nats import NatsBus
 

@@ -1,6 +1,6 @@
 """Processes for the multi-process broker-bus test: an agent worker and an SSE gateway,
-on RedisBus (``redis://`` URLs) or NatsBus (``nats://`` URLs, comma-separated for a
-cluster).
+on RedisBus (``redis://`` URLs), NatsBus (``nats://`` URLs, comma-separated for a
+cluster) or PostgresBus (``postgresql://`` URLs).
 
 python -m tests.broker_procs worker URL PREFIX SESSION CALLS RATE
 python -m tests.broker_procs gateway URL PREFIX PORT
@@ -21,6 +21,10 @@ from toolstream.sse import SSEApp
 
 def open_bus(url: str, prefix: str) -> Any:
     """The broker bus ``url`` names, with a one-second lease (fifteen on a cluster)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from toolstream.postgres import PostgresBus
+
+        return PostgresBus(url, prefix=prefix, lease=1.0)
     if url.startswith("nats://"):
         from toolstream.nats import NatsBus
 

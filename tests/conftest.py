@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
     from tests.redis_server import RedisServer
 
 
@@ -58,6 +59,30 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server shared by a test module (each test uses its own prefix)."""
+    from tests.postgres_server import PostgresServer, require_postgres
+
+    require_postgres()
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own, for tests that stop or restart it."""
+    from tests.postgres_server import PostgresServer, require_postgres
+
+    require_postgres()
+    server = PostgresServer(tmp_path)
+    server.start()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")

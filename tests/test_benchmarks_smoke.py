@@ -131,6 +131,17 @@ def test_nats_benchmark_runs_and_reports() -> None:
     assert "raw nats-py" in bench_nats.report(results)
 
 
+def test_postgres_benchmark_runs_and_reports() -> None:
+    from benchmarks import bench_postgres
+    from tests.postgres_server import require_postgres
+
+    require_postgres()
+    results = bench_postgres.run(quick=True)
+    assert results["throughput_ratio"] > 0
+    assert results["latency"]["p99_ms"] > 0
+    assert "raw psycopg" in bench_postgres.report(results)
+
+
 def test_chat_benchmark_runs_and_reports() -> None:
     from benchmarks import bench_chat
 

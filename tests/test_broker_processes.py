@@ -1,7 +1,7 @@
 """Several processes, one stream: an agent worker publishing through a Tracker, two
 uvicorn gateways serving SSE from the same broker (Redis, NATS JetStream, a JetStream
-cluster of three), and a client that moves between them while a gateway is killed,
-the broker restarts (or loses a server) and the worker dies."""
+cluster of three, PostgreSQL), and a client that moves between them while a gateway is
+killed, the broker restarts (or loses a server) and the worker dies."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import redis
 from httpx_sse import aconnect_sse
 
 from tests.nats_server import NatsCluster, NatsServer, require_nats
+from tests.postgres_server import PostgresServer, require_postgres
 from tests.redis_server import RedisClusterServers, RedisServer, free_port, require_redis
 from tests.servers import eventually, spawn_module
 
@@ -171,12 +172,37 @@ class NatsClusterBroker(Broker):
         self.cluster.stop()
 
 
+class PostgresDatabase(Broker):
+    """A PostgreSQL server, SIGKILLed mid-stream and started again (its data kept)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.server = PostgresServer(directory)
+        self.server.start()
+        self.url = self.server.dsn
+
+    def disrupt(self) -> None:
+        self.server.restart(kill=True)
+
+    async def stored(self, prefix: str, session: str) -> list[str]:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.url) as conn:
+            cur = await conn.execute(
+                f'SELECT blob FROM "{prefix}_events" WHERE session = %s ORDER BY seq', (session,)
+            )
+            return [json.loads(blob)["type"] for (blob,) in await cur.fetchall()]
+
+    def stop(self) -> None:
+        self.server.close()
+
+
 @pytest.fixture(
     params=[
         "redis",
         "redis-cluster",
         "nats",
         "nats-cluster",
+        "postgres",
     ]
 )
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
@@ -189,6 +215,9 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     elif request.param == "nats":
         require_nats()
         made = NatsBroker(tmp_path)
+    elif request.param == "postgres":
+        require_postgres()
+        made = PostgresDatabase(tmp_path)
     else:
         require_nats()
         made = NatsClusterBroker(tmp_path)
@@ -284,8 +313,9 @@ async def test_two_gateways_one_worker_exactly_once(broker: Broker) -> None:
         await client.read(g2.url, until=lambda e: False, action=kill_g2)
         assert g2.proc.poll() is not None
         # 3. Resume on gateway 1; the broker is restarted (SIGKILL; Redis keeps its
-        #    append-only file, NATS its store) or, in a cluster, loses one server for
-        #    good, while the client reads and the worker publishes.
+        #    append-only file, NATS its store, PostgreSQL its data directory) or, in a
+        #    cluster, loses one server for good, while the client reads and the worker
+        #    publishes.
         mark = client.count()
         restarted = False
 

@@ -57,11 +57,18 @@ def test_example_runs(
         server = NatsServer(tmp_path)
         server.start()
         monkeypatch.setenv("TOOLSTREAM_NATS_URL", server.url)
+    elif "TOOLSTREAM_POSTGRES_DSN" in code:  # ... a PostgreSQL server of its own
+        from tests.postgres_server import PostgresServer, require_postgres
+
+        require_postgres()
+        server = PostgresServer(tmp_path)
+        server.start()
+        monkeypatch.setenv("TOOLSTREAM_POSTGRES_DSN", server.dsn)
     try:
         _run(page, index, code)
     finally:
         if server is not None:
-            server.stop()
+            getattr(server, "close", server.stop)()
 
 
 def _run(page: Path, index: int, code: str) -> None:

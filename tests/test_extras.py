@@ -18,6 +18,7 @@ OPTIONAL = [
     ("toolstream.cli", "httpx", "cli"),
     ("toolstream.redis", "redis", "redis"),
     ("toolstream.nats", "nats", "nats"),
+    ("toolstream.postgres", "psycopg", "postgres"),
     ("toolstream.otel", "opentelemetry", "otel"),
     ("toolstream.integrations.langchain", "langchain_core", "langgraph"),
     ("toolstream.integrations.langgraph", "langgraph", "langgraph"),

@@ -1,0 +1,502 @@
+"""PostgresBus against a real PostgreSQL server the tests start: the Bus conformance
+suite, the broker checks every broker bus passes, and what is PostgreSQL's own (history
+kept by time, the epoch kept across restarts, few connections for many readers)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+import toolstream as ts
+from tests import broker_checks
+from tests.postgres_server import PostgresServer
+from tests.servers import eventually, take
+from toolstream.broker import BrokerBus
+from toolstream.postgres import PostgresBroker, PostgresBus
+from toolstream.testing import BusFactory, StallingBroker, bus_conformance_checks
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # psycopg's async connections run on asyncio; test_trio_is_refused checks the error.
+    return "asyncio"
+
+
+def make_bus(server: PostgresServer, **options: Any) -> PostgresBus:
+    options.setdefault("prefix", f"t{uuid.uuid4().hex[:10]}")
+    return PostgresBus(server.dsn, **options)
+
+
+def make_hooked_bus(server: PostgresServer, **options: Any) -> BrokerBus:
+    """A PostgresBus with test hooks, for the broker checks that need a broker to
+    misbehave: ``BrokerBus`` over ``StallingBroker(PostgresBroker(...))``, as PostgresBus
+    is built (``replay=None`` unless the check asks for count-based trimming)."""
+    driver = PostgresBroker(
+        server.dsn,
+        prefix=options.pop("prefix", None) or f"t{uuid.uuid4().hex[:10]}",
+        retention=options.pop("retention", 604800.0),
+        connect_timeout=options.get("connect_timeout", 5.0),
+    )
+    options.setdefault("replay", None)
+    return BrokerBus(StallingBroker(driver), **options)
+
+
+def stored(server: PostgresServer, prefix: str, session: str) -> list[tuple[int, str]]:
+    """The (seq, blob) rows of ``session``, read with psycopg directly."""
+    with psycopg.connect(server.dsn) as conn:
+        rows = conn.execute(
+            f'SELECT seq, blob FROM "{prefix}_events" WHERE session = %s ORDER BY seq',
+            (session,),
+        ).fetchall()
+    return [(int(seq), str(blob)) for seq, blob in rows]
+
+
+def connections(server: PostgresServer) -> int:
+    """The connections toolstream holds to the server now."""
+    with psycopg.connect(server.dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'toolstream'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("check", bus_conformance_checks(), ids=lambda c: c.__name__)
+async def test_postgres_bus_conforms(
+    postgres_server: PostgresServer, check: Callable[[BusFactory], Awaitable[None]]
+) -> None:
+    await check(partial(make_bus, postgres_server))
+
+
+def test_public_names_are_pinned() -> None:
+    import toolstream.postgres
+
+    assert sorted(toolstream.postgres.__all__) == [
+        "OutboxOverflow",
+        "PostgresBroker",
+        "PostgresBus",
+        "PostgresBusStats",
+        "PostgresSubscription",
+    ]
+    for name in toolstream.postgres.__all__:
+        assert getattr(toolstream.postgres, name).__doc__ or name == "OutboxOverflow"
+
+
+def test_trio_is_refused(postgres_server: PostgresServer) -> None:
+    import trio
+
+    bus = make_bus(postgres_server)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            bus.subscribe(session="s")
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            await bus.start()
+
+    trio.run(main)
+
+
+def test_bad_arguments(postgres_server: PostgresServer) -> None:
+    dsn = postgres_server.dsn
+    for prefix in ("", "9lives", "has-dash", "x" * 33, "a.b"):
+        with pytest.raises(ValueError, match="prefix"):
+            PostgresBus(dsn, prefix=prefix)
+    with pytest.raises(ValueError, match="retention"):
+        PostgresBus(dsn, retention=0)
+    with pytest.raises(ValueError, match="outbox_overflow"):
+        PostgresBus(dsn, outbox_overflow="drop-all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lease"):
+        PostgresBus(dsn, lease=0.01)
+    with pytest.raises(ValueError, match="connect_timeout"):
+        PostgresBus(dsn, connect_timeout=0)
+
+
+def test_unreachable_postgres_is_a_clear_error() -> None:
+    from tests.redis_server import free_port
+
+    dsn = f"postgresql://me:hunter2@127.0.0.1:{free_port()}/app"
+    with pytest.raises(ts.BusUnavailable, match=r"cannot reach PostgreSQL at 127\.0\.0\.1") as info:
+        PostgresBus(dsn, connect_timeout=0.5)
+    assert "hunter2" not in str(info.value), "the password must not be echoed"
+
+
+async def test_postgres_bus_is_a_broker_bus_over_its_driver(
+    postgres_server: PostgresServer,
+) -> None:
+    from toolstream.broker import Broker, BrokerBus
+
+    async with make_bus(postgres_server, retention=3600) as bus:
+        assert isinstance(bus, BrokerBus)
+        assert isinstance(bus.broker, Broker)
+        assert bus.replay is None, "history is kept by time, not by count"
+        assert bus.retention == 3600.0
+        assert bus.broker.where == f"PostgreSQL at 127.0.0.1:{postgres_server.port}/postgres"
+        assert repr(bus).startswith(f"<PostgresBus 127.0.0.1:{postgres_server.port}/postgres")
+
+
+async def test_session_is_required_and_types_checked(postgres_server: PostgresServer) -> None:
+    bus = make_bus(postgres_server)
+    try:
+        with pytest.raises(ValueError, match="session="):
+            bus.subscribe()
+        with pytest.raises(TypeError, match="not a lifecycle event class"):
+            bus.publish(dict, session="s")  # type: ignore[type-var]
+    finally:
+        await bus.aclose()
+    with pytest.raises(ts.BusClosed):
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+
+
+async def test_tracker_and_sse_stack_run_unchanged(postgres_server: PostgresServer) -> None:
+    """A Tracker publishes through PostgresBus; a second bus (another process's view of
+    the same database) sees the same ids, and its snapshot agrees."""
+    writer = make_bus(postgres_server)
+    reader = make_bus(postgres_server, prefix=writer.prefix)
+    try:
+        async with reader.subscribe(session="s", snapshot=True) as sub:
+            async with (
+                ts.Tracker(writer, session="s") as tracker,
+                tracker.run(run_id="r1"),
+                tracker.call("search", {"q": "x", "api_key": "sk-123"}) as call,
+            ):
+                call.progress(0.5, message="half")
+                call.complete(["a"])
+            got = await take(sub, 6)
+        assert isinstance(got[0], ts.StreamReset)
+        assert [e.type for e in got[1:]] == [
+            "run.started",
+            "tool.started",
+            "tool.progress",
+            "tool.completed",
+            "run.finished",
+        ]
+        snap = await reader.fetch_snapshot("s")
+        assert [c.state.value for c in snap.calls] == ["completed"]
+        assert snap.calls[0].args == {"q": "x", "api_key": "[redacted]"}
+        assert reader.snapshot("s") == snap
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(
+    own_postgres: PostgresServer,
+) -> None:
+    bus = make_bus(own_postgres)
+    try:
+        await bus.start()
+        first = bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")
+        await bus.flush(timeout=5)
+        own_postgres.stop()
+        published: list[ts.Event] = [first]
+        started = time.monotonic()
+        for i in range(200):
+            published.append(
+                bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
+            )
+        assert time.monotonic() - started < 1, "publishing never waits for PostgreSQL"
+        await eventually(lambda: bus.stats.flush_errors > 0, within=10)
+        assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
+        own_postgres.start()
+        await bus.flush(timeout=10)
+        ids = [f"{bus.epoch}-{seq}" for seq, _ in stored(own_postgres, bus.prefix, "s")]
+        assert ids == [e.id for e in published], "every event exactly once, in order"
+        assert bus.stats.dropped == 0
+    finally:
+        await bus.aclose()
+
+
+async def test_a_retried_batch_is_not_written_twice(postgres_server: PostgresServer) -> None:
+    """The reply to a write can be lost after PostgreSQL committed it: writing the same
+    batch again must not duplicate anything (and the producer learns it was one)."""
+    bus = make_bus(postgres_server)
+    try:
+        events = [
+            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+            for i in range(5)
+        ]
+        await bus.flush(timeout=5)
+        await bus._write(events)  # the retry of a batch whose reply was lost
+        await bus._write(events[2:])
+        assert len(stored(postgres_server, bus.prefix, "s")) == 5
+        assert bus.stats.duplicates == 8
+        assert bus.stats.flushed == 5
+    finally:
+        await bus.aclose()
+
+
+async def test_another_writer_ahead_gets_renumbered_not_lost(
+    postgres_server: PostgresServer,
+) -> None:
+    ahead = make_bus(postgres_server, clock=lambda: 4_000_000_000.0)
+    behind = make_bus(postgres_server, prefix=ahead.prefix)
+    try:
+        async with behind.subscribe(session="s", snapshot=True) as sub:
+            a = ahead.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+            await ahead.flush(timeout=5)
+            behind.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
+            await behind.flush(timeout=5)
+            got = await take(sub, 3)
+        assert [e.call_id for e in got[1:]] == ["a", "b"]
+        assert got[1].id == a.id
+        assert behind.compare(got[2].id, a.id) == 1
+        assert behind.stats.renumbered == 1
+        c = behind.publish(ts.ToolCompleted, session="s", call_id="b", tool="t")
+        assert behind.compare(c.id, got[2].id) == 1, "later ids after a renumbering"
+    finally:
+        await ahead.aclose()
+        await behind.aclose()
+
+
+async def test_subscription_survives_a_postgres_restart(own_postgres: PostgresServer) -> None:
+    """SIGKILLed mid-stream and started again: the epoch is the same (it is stored), the
+    subscription reconnects and continues exactly, no reset."""
+    bus = make_bus(own_postgres)
+    epoch = bus.epoch
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            published: list[ts.Event] = []
+            got: list[ts.Event] = []
+            for i in range(20):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                )
+            got += await take(sub, 21)
+            own_postgres.restart(kill=True)
+            for i in range(20, 40):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                )
+            got += await take(sub, 20, within=20)
+            assert isinstance(got[0], ts.StreamReset)
+            assert [e.id for e in got[1:]] == [e.id for e in published]
+            # (Whether its reads failed depends on which of the pool's dead connections
+            # they drew: the flusher's failure may have dropped them all first.)
+        cursor = published[9].id
+        async with bus.subscribe(session="s", after=cursor) as again:
+            more = await take(again, 30)
+            assert [e.id for e in more] == [e.id for e in published[10:]], "resumed exactly"
+        assert bus.epoch == epoch and await bus.refresh_epoch() == epoch
+        assert bus.stats.resets == 0
+    finally:
+        await bus.aclose()
+
+
+async def test_lost_tables_give_a_reset_not_a_silent_gap(postgres_server: PostgresServer) -> None:
+    bus = make_bus(postgres_server, lease=0.3)
+    try:
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            bus.publish(ts.ToolStarted, session="s", call_id="old", tool="t")
+            got = await take(sub, 2)
+            cursor = got[-1].id
+            with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+                for table in ("meta", "sessions", "events"):
+                    conn.execute(f'DROP TABLE "{bus.prefix}_{table}"')
+            await eventually(lambda: bus.epoch != cursor.rpartition("-")[0], within=20)
+            bus.publish(ts.ToolStarted, session="s", call_id="new", tool="t")
+            late = await take(sub, 1, within=20)
+            assert isinstance(late[0], ts.StreamReset), late
+        async with bus.subscribe(session="s", after=cursor) as sub:
+            first = await take(sub, 1)
+            assert isinstance(first[0], ts.StreamReset), "an old cursor is from another epoch"
+    finally:
+        await bus.aclose()
+
+
+async def test_many_subscriptions_share_a_few_connections(
+    postgres_server: PostgresServer,
+) -> None:
+    """A gateway holding hundreds of subscriptions: reads share the bus's pool, one
+    connection listens; cancelled reads leave no connection behind."""
+    bus = make_bus(postgres_server, pool=4)
+    try:
+        await bus.start()
+        bus.publish(ts.ToolStarted, session="s0", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        subs = [bus.subscribe(session=f"s{i % 50}") for i in range(300)]
+        for sub in subs:
+            await sub.prepare()
+        await anyio.sleep(0.3)
+        assert connections(postgres_server) <= 4 + 1 + 1  # the pool, the listener, snapshot
+        done = [
+            bus.publish(ts.ToolProgress, session=f"s{i}", call_id="c", tool="t") for i in range(50)
+        ]
+        for sub in subs[:50]:
+            got = await take(sub, 1)
+            assert got[0].id == done[int((sub.session or "")[1:])].id
+        for sub in subs:
+            await sub.aclose()
+        for _ in range(5):
+            sub = bus.subscribe(session="s0")
+            with anyio.move_on_after(0.2):  # cancelled while waiting
+                async for _event in sub:
+                    pass
+            sub.close()
+        assert connections(postgres_server) <= 4 + 1
+        async with bus.subscribe(session="s0", snapshot=True) as sub:
+            end = bus.publish(ts.ToolCompleted, session="s0", call_id="c", tool="t")
+            got = await take(sub, 2)
+            assert got[-1].id == end.id
+        assert bus.driver._watches.keys() <= {"s0"}
+    finally:
+        await bus.aclose()
+    assert connections(postgres_server) == 0
+
+
+async def test_history_is_kept_by_time_and_resumes_exact(postgres_server: PostgresServer) -> None:
+    """Events older than ``retention`` are deleted (after a checkpoint of the session's
+    state); a cursor from before that gets a reset holding every call as it stands, a
+    later cursor gets exactly what followed it."""
+    bus = make_bus(postgres_server, retention=1.0, lease=0.3)
+    try:
+        await bus.start()
+        early = bus.publish(ts.ToolStarted, session="s", call_id="early", tool="t")
+        old = [early] + [
+            bus.publish(ts.ToolProgress, session="s", call_id="early", tool="t", current=i)
+            for i in range(50)
+        ]
+        bus.publish(ts.ToolStarted, session="s", call_id="mid", tool="t")
+        bus.publish(ts.ToolCompleted, session="s", call_id="mid", tool="t", result=1)
+        await bus.flush(timeout=5)
+        await anyio.sleep(0.6)
+        recent = [
+            bus.publish(ts.ToolProgress, session="s", call_id="early", tool="t", current=i)
+            for i in range(50, 60)
+        ]
+        await bus.flush(timeout=5)
+        # Before the retention is over, a resume from the first event replays exactly.
+        async with bus.subscribe(session="s", after=early.id) as sub:
+            got = await take(sub, 62)
+            assert [e.id for e in got[:50]] == [e.id for e in old[1:]]
+        await eventually(lambda: len(stored(postgres_server, bus.prefix, "s")) == 10, within=10)
+        async with bus.subscribe(session="s", after=early.id) as sub:
+            reset = (await take(sub, 1))[0]
+            assert isinstance(reset, ts.StreamReset)
+            states = {c.call_id: c.state.value for c in reset.snapshot.calls}
+            assert states == {"early": "running", "mid": "completed"}, states
+        async with bus.subscribe(session="s", after=recent[4].id) as sub:
+            got = await take(sub, 5)
+            assert [e.id for e in got] == [e.id for e in recent[5:]]
+        other = make_bus(postgres_server, prefix=bus.prefix)
+        assert other.snapshot("s") == bus.snapshot("s")
+        await other.aclose()
+        # A session not written to for the retention is deleted entirely.
+        await eventually(lambda: stored(postgres_server, bus.prefix, "s") == [], within=10)
+        await eventually(lambda: bus.stats.expired >= 1, within=10)
+        assert bus.snapshot("s").calls == ()
+    finally:
+        await bus.aclose()
+
+
+async def test_a_reader_left_behind_by_retention_is_cut_not_gapped(
+    postgres_server: PostgresServer,
+) -> None:
+    """A subscriber whose reader stalls while history older than the retention is
+    deleted is cut with SlowConsumer (never silently handed a gap); resuming gives the
+    reset it needs. (``reap=False``: this bus does not also delete the idle session.)"""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    bus = make_hooked_bus(postgres_server, prefix=prefix, retention=0.5, lease=0.3, reap=False)
+    try:
+        sub = bus.subscribe(session="s", buffer=10_000)
+        await sub.prepare()
+        with broker_checks.hooks(bus).stall("read"):  # the reader stalls
+            published = [
+                bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                for i in range(100)
+            ]
+            await bus.flush(timeout=5)
+            await eventually(lambda: stored(postgres_server, prefix, "s") == [], within=10)
+        got: list[ts.Event] = []
+
+        async def read_all() -> None:
+            async for event in sub:
+                got.append(event)
+
+        with pytest.raises(ts.SlowConsumer) as info, anyio.fail_after(10):
+            await read_all()
+        assert [e.id for e in got] == [e.id for e in published[: len(got)]], "no gap"
+        async with bus.subscribe(session="s", after=info.value.last_id or sub.start_after) as again:
+            first = await take(again, 1)
+            assert isinstance(first[0], ts.StreamReset)
+        await sub.aclose()
+    finally:
+        await bus.aclose()
+
+
+async def test_lost_worker_calls_closed_exactly_once(postgres_server: PostgresServer) -> None:
+    await broker_checks.lost_worker_calls_closed_exactly_once(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_a_reader_left_behind_by_count_trimming_is_cut_not_gapped(
+    postgres_server: PostgresServer,
+) -> None:
+    """The driver keeps history by count too, under a ``BrokerBus(replay=...)`` of one's
+    own: the generic check, with ``replay=16``."""
+    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_two_buses_deciding_at_once_have_one_winner(
+    postgres_server: PostgresServer,
+) -> None:
+    await broker_checks.two_buses_deciding_at_once_have_one_winner(
+        partial(make_bus, postgres_server)
+    )
+
+
+async def test_an_approval_touched_before_its_request_is_written(
+    postgres_server: PostgresServer,
+) -> None:
+    await broker_checks.approval_before_its_request_is_written(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_an_approval_withdrawn_while_postgres_is_down(own_postgres: PostgresServer) -> None:
+    await broker_checks.approval_withdrawn_while_the_broker_is_down(
+        partial(make_bus, own_postgres), own_postgres
+    )
+
+
+async def test_a_call_waits_for_its_approval_through_an_outage(
+    own_postgres: PostgresServer,
+) -> None:
+    await broker_checks.approval_waited_for_through_an_outage(
+        partial(make_bus, own_postgres), own_postgres
+    )
+
+
+async def test_an_approval_expiring_during_an_outage(own_postgres: PostgresServer) -> None:
+    await broker_checks.approval_expiring_during_an_outage(
+        partial(make_bus, own_postgres), own_postgres
+    )
+
+
+async def test_an_approval_request_written_during_a_read(postgres_server: PostgresServer) -> None:
+    await broker_checks.approval_request_written_during_a_read(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_names_past_the_bound_never_reach_postgres(postgres_server: PostgresServer) -> None:
+    await broker_checks.names_past_the_bound_never_reach_the_broker(
+        partial(make_bus, postgres_server)
+    )
+
+
+async def test_odd_names_stay_in_their_session(postgres_server: PostgresServer) -> None:
+    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
+        partial(make_bus, postgres_server)
+    )
