@@ -6,20 +6,28 @@ shares (an event is stored as its native JSON without its id; the id is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .broker import ENDS_CALL, OPENS_CALL, SessionState
 from .codec import from_dict, to_dict
 from .driver import Record, RecordKind, StoredState
 from .errors import EventDecodeError
-from .events import ApprovalRequested, ApprovalResolved, Event, RunFinished, RunStarted
+from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ErrorInfo,
+    Event,
+    RunFinished,
+    RunStarted,
+    ToolCancelled,
+)
 from .ids import event_seq
 from .jsonenc import dumps, loads
 from .view import LiveView
 
 logger = logging.getLogger("toolstream.broker")
 
-__all__ = ["decode", "parse_state", "records"]
+__all__ = ["blob", "decode", "lost_writer_events", "parse_state", "records"]
 
 _KINDS: dict[type, RecordKind] = {
     **dict.fromkeys(OPENS_CALL, "o"),
@@ -27,6 +35,46 @@ _KINDS: dict[type, RecordKind] = {
     RunStarted: "r",
     RunFinished: "f",
 }
+
+
+def blob(event: Event) -> str:
+    """An event as a driver stores it: its native JSON without its id."""
+    data = to_dict(event)
+    del data["id"]
+    return dumps(data)
+
+
+def lost_writer_events(
+    session: str,
+    now: float,
+    reason: str,
+    calls: Iterable[tuple[str, str, str]],
+    runs: Iterable[str],
+) -> list[Event]:
+    """What a reaper writes for a lost writer in ``session`` (the protocol's ``reap``):
+    a ``tool.cancelled`` (``reason``) per open call ``(call_id, tool, run_id)``, then a
+    ``run.finished`` (cancelled, error ``WorkerLost``) per open run; ids are the
+    driver's to give."""
+    events: list[Event] = [
+        ToolCancelled(
+            id="-",
+            session=session,
+            ts=now,
+            call_id=call_id,
+            tool=tool,
+            run_id=run_id or None,
+            reason=reason,
+        )
+        for call_id, tool, run_id in calls
+    ]
+    error = ErrorInfo(type="WorkerLost", message=reason)
+    events += [
+        RunFinished(
+            id="-", session=session, ts=now, run_id=run_id, outcome="cancelled", error=error
+        )
+        for run_id in runs
+    ]
+    return events
 
 
 def decode(epoch: str, seq: int, blob: str | bytes) -> Event | None:
@@ -67,8 +115,6 @@ def records(batch: Sequence[Event], token: str) -> list[Record]:
     out = []
     kinds = _KINDS
     for ev in batch:
-        data = to_dict(ev)
-        del data["id"]
         kind: RecordKind = kinds.get(type(ev), "-")
         approval_id, meta = "", None
         if isinstance(ev, ApprovalRequested):
@@ -88,7 +134,7 @@ def records(batch: Sequence[Event], token: str) -> list[Record]:
                 kind=kind,
                 seq=event_seq(ev.id),
                 event=ev,
-                blob=dumps(data),
+                blob=blob(ev),
                 call_id=ev.call_id or "",
                 run_id=ev.run_id or "",
                 tool=ev.tool or "",

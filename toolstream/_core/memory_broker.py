@@ -21,10 +21,11 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import attrs
 
+from .brokerstate import blob, lost_writer_events
 from .driver import (
     Appended,
     ApprovalState,
@@ -88,11 +89,6 @@ class _Session:
     def after(self, seq: int) -> int:
         """The index of the first event after ``seq``."""
         return bisect_right(self.events, seq, key=lambda e: e[0])
-
-
-def _event(type_: str, session: str, now: float, fields: dict[str, Any]) -> str:
-    """The JSON of an event a reaper writes, as the REAP script builds it."""
-    return dumps({"v": 1, "type": type_, "session": session, "ts": now, **fields})
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -442,26 +438,21 @@ class MemoryBroker:
         if s is None:
             return 0
         now = self.wall()
-        blobs: list[str] = []
+        calls: list[tuple[str, str, str]] = []
         runs: list[str] = []
         for key, (tool, run_id) in list(s.open.items()):
             kind, who, id_ = key
             if who != token:
                 continue
             if kind == "c":
-                extra = {"run_id": run_id} if run_id else {}
-                fields = {"call_id": id_, "tool": tool, "reason": reason, **extra}
-                blobs.append(_event("tool.cancelled", session, now, fields))
+                calls.append((id_, tool, run_id))
             else:
                 runs.append(id_)
             s.fenced.add(key)
             del s.open[key]
-        error = {"type": "WorkerLost", "message": reason}
-        for run_id in runs:
-            fields = {"call_id": "", "tool": "", "run_id": run_id, "outcome": "cancelled"}
-            blobs.append(_event("run.finished", session, now, {**fields, "error": error}))
-        for blob in blobs:
-            s.add(blob, self.next_seq(s.last, now))
+        blobs = [blob(ev) for ev in lost_writer_events(session, now, reason, calls, runs)]
+        for stored in blobs:
+            s.add(stored, self.next_seq(s.last, now))
         if blobs:
             s.touched = self.clock()
             self._wake(("s", session))

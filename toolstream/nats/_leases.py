@@ -21,12 +21,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from toolstream._core.brokerstate import parse_state
-from toolstream._core.codec import to_dict
+from toolstream._core.brokerstate import blob, lost_writer_events, parse_state
 from toolstream._core.driver import Record
-from toolstream._core.events import ErrorInfo, Event, RunFinished, ToolCancelled
 from toolstream._core.ids import compare_ids
-from toolstream._core.jsonenc import dumps
 
 from ._approvals import NatsApprovals, Publish
 from ._common import KeyValue, nats, token_session
@@ -365,37 +362,24 @@ class NatsLeases:
         view = parse_state(stored, self._conn.epoch, max_finished=500, compare=compare_ids)
         state = view.folded()
         js = await self._conn.ready()
-        n = 0
-        for _, call_id, tool, run_id in calls:
-            info = state.calls.get(call_id)
-            if info is None or info.state.terminal:
-                continue
-            ev: Event = ToolCancelled(
-                id="-",
-                session=session,
-                ts=now,
-                call_id=call_id,
-                tool=tool,
-                run_id=run_id or None,
-                reason=reason,
-            )
-            await self._publish(js, session, _blob(ev), None)
-            n += 1
-        for _, run_id in runs:
-            run = state.runs.get(run_id)
-            if run is None or run.state != "running":
-                continue
-            ev = RunFinished(
-                id="-",
-                session=session,
-                ts=now,
-                run_id=run_id,
-                outcome="cancelled",
-                error=ErrorInfo(type="WorkerLost", message=reason),
-            )
-            await self._publish(js, session, _blob(ev), None)
-            n += 1
-        return n
+        events = lost_writer_events(
+            session,
+            now,
+            reason,
+            [
+                (call_id, tool, run_id)
+                for _, call_id, tool, run_id in calls
+                if (info := state.calls.get(call_id)) is not None and not info.state.terminal
+            ],
+            [
+                run_id
+                for _, run_id in runs
+                if (run := state.runs.get(run_id)) is not None and run.state == "running"
+            ],
+        )
+        for ev in events:
+            await self._publish(js, session, blob(ev).encode(), None)
+        return len(events)
 
     async def release(self, token: str) -> None:
         """Writer ``token`` is reaped in every session: mark its claim closed (a claim
@@ -449,10 +433,3 @@ class NatsLeases:
             logger.info("session %r expired: purged", token_session(token))
             n += 1
         return n
-
-
-def _blob(ev: Event) -> bytes:
-    """An event as stored: its native JSON without its id."""
-    data = to_dict(ev)
-    del data["id"]
-    return dumps(data).encode()

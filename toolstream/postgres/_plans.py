@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
-from toolstream._core.codec import to_dict
+from toolstream._core.brokerstate import blob, lost_writer_events
 from toolstream._core.driver import Appended, Record, Resolution, StoredState, Variant
-from toolstream._core.events import ErrorInfo, Event, RunFinished, ToolCancelled
 from toolstream._core.jsonenc import dumps
 
 from ._schema import Statements
@@ -62,12 +61,6 @@ def seq_at(now_ms: int, last: int) -> int:
 def _rows(got: list[tuple[Any, ...]] | None) -> list[tuple[Any, ...]]:
     assert got is not None
     return got
-
-
-def _blob(event: Event) -> str:
-    data = to_dict(event)
-    del data["id"]
-    return dumps(data)
 
 
 def ensure_schema(s: Statements) -> Plan[bool]:
@@ -199,30 +192,18 @@ def reap(s: Statements, session: str, token: str, reason: str, now: float) -> Pl
     if not locked or not items:
         return 0
     last = int(locked[0][0])
-    events: list[Event] = [
-        ToolCancelled(
-            id="-", session=session, ts=now, call_id=i, tool=tool, run_id=rid or None, reason=reason
-        )
-        for kind, i, tool, rid in items
-        if kind == "c"
-    ]
-    events += [
-        RunFinished(
-            id="-",
-            session=session,
-            ts=now,
-            run_id=i,
-            outcome="cancelled",
-            error=ErrorInfo(type="WorkerLost", message=reason),
-        )
-        for kind, i, _, _ in items
-        if kind == "r"
-    ]
+    events = lost_writer_events(
+        session,
+        now,
+        reason,
+        [(i, tool, rid) for kind, i, tool, rid in items if kind == "c"],
+        [i for kind, i, _, _ in items if kind == "r"],
+    )
     first = seq_at(now_ms, last)
     seqs = list(range(first, first + len(events)))
     kinds, ids = [str(k) for k, *_ in items], [str(i) for _, i, *_ in items]
     yield [
-        (s.q["insert_events"], (session, seqs, [_blob(e) for e in events]), False),
+        (s.q["insert_events"], (session, seqs, [blob(e) for e in events]), False),
         (s.q["fence"], (session, token, kinds, ids), False),
         (s.q["open_clear"], (session, token), False),
         (s.q["session_written"], (seqs[-1], session), False),
