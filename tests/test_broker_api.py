@@ -18,6 +18,7 @@ PUBLIC = {
     "BrokerReader",
     "BrokerSubscription",
     "Chunk",
+    "Decide",
     "OutboxOverflow",
     "Record",
     "RecordKind",

@@ -14,7 +14,7 @@ import pytest
 
 import toolstream as ts
 from toolstream._core.codec import from_dict
-from toolstream._core.driver import Broker, BrokerReader, Record, RecordKind, Variant
+from toolstream._core.driver import Broker, BrokerReader, Decide, Record, RecordKind, Variant
 from toolstream.testing import BrokerDown, MemoryBroker
 
 pytestmark = pytest.mark.timeout(30)
@@ -184,7 +184,7 @@ async def test_what_the_broker_writes_itself_follows_its_clock() -> None:
     asked = rec("A", 5_001, approval_id="a", meta=meta(writer="w2", exp=50.0))
     await broker.append("s", "w2", [asked])
     wall.now = 102.0
-    got = await broker.resolve("s", "a", 60.0, False, variants())  # the bus's now: expired
+    got = await broker.resolve("s", Decide("a", 60.0, False, variants()))  # the bus's now: expired
     assert (got.outcome, got.seq) == ("expired", 102_000 * SCALE)
     denial = (await broker.read_state("s")).events[-1]
     assert denial == (102_000 * SCALE + 1, '{"den":"expiry"}')
@@ -414,9 +414,9 @@ async def test_an_approval_is_requested_once_and_found_in_its_session_only() -> 
     # Filed under a session its meta does not name: nobody's.
     await broker.append("x", "w1", [rec("A", 3, approval_id="b", meta=meta("y"), session="x")])
     assert await broker.approval("x", "b") is None
-    assert (await broker.resolve("x", "b", 0.0, False, variants())).outcome == "notfound"
-    assert (await broker.resolve("s", "zz", 0.0, False, variants())).outcome == "notfound"
-    assert (await broker.resolve("q", "a", 0.0, False, variants())).outcome == "notfound"
+    assert (await broker.resolve("x", Decide("b", 0.0, False, variants()))).outcome == "notfound"
+    assert (await broker.resolve("s", Decide("zz", 0.0, False, variants()))).outcome == "notfound"
+    assert (await broker.resolve("q", Decide("a", 0.0, False, variants()))).outcome == "notfound"
 
 
 async def test_resolve_outcomes() -> None:
@@ -431,21 +431,21 @@ async def test_resolve_outcomes() -> None:
     ]
     await broker.append("s", "w1", ask)
     # A decision before the expiry wins: its resolution, no denial.
-    ok = await broker.resolve("s", "a1", 10.0, False, variants())
+    ok = await broker.resolve("s", Decide("a1", 10.0, False, variants()))
     assert (ok.outcome, ok.blob, ok.seq) == ("ok", '{"res":"decision"}', 10_000 * SCALE)
     state = await broker.approval("s", "a1")
     assert state is not None and state.status == "r"
     assert state.decision == {"approved": True, "by": "ops"}
     # Decided before: the winner's resolution, nothing written.
-    late = broker.resolve_sync("s", "a1", 60.0, True, variants("-late"))
+    late = broker.resolve_sync("s", Decide("a1", 60.0, True, variants("-late")))
     assert (late.outcome, late.blob, late.seq) == ("resolved", ok.blob, ok.seq)
     # A decision at the expiry: the expiry is written, its denial ends the call.
-    expired = await broker.resolve("s", "a2", 50.0, False, variants())
+    expired = await broker.resolve("s", Decide("a2", 50.0, False, variants()))
     assert (expired.outcome, expired.blob) == ("expired", '{"res":"expiry"}')
     decided = await broker.approval("s", "a2")
     assert decided is not None and decided.decision == {"approved": False, "by": "timeout"}
     # The expiry timer past the expiry is "ok" (it is the decision).
-    timer = await broker.resolve("s", "a3", 99.0, True, variants())
+    timer = await broker.resolve("s", Decide("a3", 99.0, True, variants()))
     assert (timer.outcome, timer.blob) == ("ok", '{"res":"decision"}')
     assert blobs((await broker.read_state("s")).events)[6:] == [
         {"res": "decision"},
@@ -468,7 +468,7 @@ async def test_a_call_closed_by_a_reaper_resolves_as_cancelled() -> None:
     )
     await broker.claim("w1", force=True)
     assert await broker.reap("s", "w1", "worker lost", 0.0) == 1
-    got = await broker.resolve("s", "a", 1.0, False, variants())
+    got = await broker.resolve("s", Decide("a", 1.0, False, variants()))
     assert (got.outcome, got.blob) == ("resolved", '{"res":"cancel"}')
     state = await broker.approval("s", "a")
     assert state is not None and state.decision == {"approved": False, "by": "cancelled"}
@@ -486,12 +486,12 @@ async def test_a_tracker_resolving_its_own_approval_wins_only_while_pending() ->
     state = await broker.approval("s", "a")
     assert state is not None and state.status == "r"
     assert state.decision == {"approved": False, "by": "cancelled"}
-    got = await broker.resolve("s", "a", 0.0, False, variants())
+    got = await broker.resolve("s", Decide("a", 0.0, False, variants()))
     assert (got.outcome, got.blob, got.seq) == ("resolved", '{"n": 2}', 2)
     # A second withdrawal, or one after a decision, is dropped.
     assert (await broker.append("s", "w1", [rec("R", 3, approval_id="a")])).codes == [2]
     await broker.append("s", "w1", [rec("A", 4, call_id="d", approval_id="b", meta=meta())])
-    await broker.resolve("s", "b", 0.0, False, variants())
+    await broker.resolve("s", Decide("b", 0.0, False, variants()))
     assert (await broker.append("s", "w1", [rec("R", 9, approval_id="b")])).codes == [2]
 
 
@@ -506,12 +506,12 @@ async def test_concurrent_resolves_from_threads_and_tasks_have_one_winner() -> N
         results: list[str] = []
 
         def decide(tag: str, aid: str = aid, results: list[str] = results) -> None:
-            got = broker.resolve_sync("s", aid, 0.0, False, variants(tag))
+            got = broker.resolve_sync("s", Decide(aid, 0.0, False, variants(tag)))
             with lock:
                 results.append(got.outcome + ":" + got.blob)
 
         async def decide_async(tag: str, aid: str = aid, results: list[str] = results) -> None:
-            got = await broker.resolve("s", aid, 0.0, False, variants(tag))
+            got = await broker.resolve("s", Decide(aid, 0.0, False, variants(tag)))
             with lock:
                 results.append(got.outcome + ":" + got.blob)
 
@@ -535,7 +535,7 @@ async def test_wait_approval_returns_when_resolved_from_another_thread() -> None
     started = time.monotonic()
     await broker.wait_approval("s", "a", 0.05)  # pending: waits the timeout out
     assert time.monotonic() - started >= 0.04
-    timer = threading.Timer(0.1, broker.resolve_sync, ("s", "a", 0.0, False, variants()))
+    timer = threading.Timer(0.1, broker.resolve_sync, ("s", Decide("a", 0.0, False, variants())))
     timer.start()
     started = time.monotonic()
     await broker.wait_approval("s", "a", 10.0)
@@ -649,7 +649,7 @@ async def test_down_refuses_every_operation_until_up() -> None:
         broker.trim_due(0.0),
         broker.expire(0.0),
         broker.approval("s", "a"),
-        broker.resolve("s", "a", 0.0, False, variants()),
+        broker.resolve("s", Decide("a", 0.0, False, variants())),
         broker.wait_approval("s", "a", 1.0),
     ]
     for step in refused:
@@ -659,7 +659,7 @@ async def test_down_refuses_every_operation_until_up() -> None:
         lambda: broker.open(1.0),
         lambda: broker.read_state_sync("s"),
         lambda: broker.approval_sync("s", "a"),
-        lambda: broker.resolve_sync("s", "a", 0.0, False, variants()),
+        lambda: broker.resolve_sync("s", Decide("a", 0.0, False, variants())),
     ):
         with pytest.raises(BrokerDown):
             call()

@@ -19,7 +19,7 @@ import toolstream as ts
 from tests.postgres_server import PostgresServer
 from tests.servers import eventually
 from toolstream._core.codec import from_dict
-from toolstream._core.driver import Broker, BrokerReader, Record, RecordKind, Variant
+from toolstream._core.driver import Broker, BrokerReader, Decide, Record, RecordKind, Variant
 from toolstream._core.outbox import Refused
 from toolstream.postgres import PostgresBroker
 
@@ -325,18 +325,18 @@ async def test_approvals_decided_once(broker: PostgresBroker) -> None:
     decide: Variant = ('{"type":"tool.approval.resolved","by":"alice"}', '{"by":"alice"}', None)
     expire: Variant = ('{"type":"tool.approval.resolved","by":"timeout"}', '{"by":"t"}', None)
     cancel: Variant = ('{"type":"tool.approval.resolved","by":"cancelled"}', '{"by":"c"}', None)
-    won = await broker.resolve("s", "ap1", time.time(), False, [decide, expire, cancel])
+    won = await broker.resolve("s", Decide("ap1", time.time(), False, [decide, expire, cancel]))
     assert won.outcome == "ok" and won.blob == decide[0] and won.seq > 3
-    lost = await broker.resolve("s", "ap1", time.time(), False, [cancel, expire, cancel])
+    lost = await broker.resolve("s", Decide("ap1", time.time(), False, [cancel, expire, cancel]))
     assert (lost.outcome, lost.blob, lost.seq) == ("resolved", decide[0], won.seq)
     state = await broker.approval("s", "ap1")
     assert state is not None and state.status == "r" and state.decision == {"by": "alice"}
     # The tracker withdrawing it now: dropped (the first resolution won).
     late = await broker.append("s", "w", [rec("R", 10, call_id="c1", approval_id="ap1")])
     assert late.codes == [2]
-    missing = await broker.resolve("s", "zz", time.time(), False, [decide, expire, cancel])
+    missing = await broker.resolve("s", Decide("zz", time.time(), False, [decide, expire, cancel]))
     assert (missing.outcome, missing.blob, missing.seq) == ("notfound", "", 0)
-    assert (await broker.resolve("x", "ap1", 0, False, [decide] * 3)).outcome == "notfound"
+    assert (await broker.resolve("x", Decide("ap1", 0, False, [decide] * 3))).outcome == "notfound"
 
 
 async def test_a_denial_ends_the_call_and_fences_it(broker: PostgresBroker) -> None:
@@ -357,7 +357,7 @@ async def test_a_denial_ends_the_call_and_fences_it(broker: PostgresBroker) -> N
         ],
     )
     deny: Variant = ('{"type":"tool.approval.resolved"}', '{"approved":false}', '{"type":"d"}')
-    res = await broker.resolve("s", "ap", time.time(), False, [deny, deny, deny])
+    res = await broker.resolve("s", Decide("ap", time.time(), False, [deny, deny, deny]))
     assert res.outcome == "ok"
     state = await broker.read_state("s")
     assert [seq for seq, _ in state.events][-2:] == [res.seq, res.seq + 1]
@@ -389,12 +389,12 @@ async def test_expiry_and_a_call_closed_elsewhere(broker: PostgresBroker) -> Non
         ("expired", "{}", None),
         ("gone", "{}", None),
     ]
-    assert (await broker.resolve("s", "a1", now, False, variants)).outcome == "expired"
-    assert (await broker.resolve("s", "a1", now, False, variants)).blob == "expired"
-    by_timer = await broker.resolve("s", "a2", now, True, variants)
+    assert (await broker.resolve("s", Decide("a1", now, False, variants))).outcome == "expired"
+    assert (await broker.resolve("s", Decide("a1", now, False, variants))).blob == "expired"
+    by_timer = await broker.resolve("s", Decide("a2", now, True, variants))
     assert (by_timer.outcome, by_timer.blob) == ("ok", "decided"), "the timer's own decision"
     assert await broker.reap("s", "w", "worker lost", now) == 3  # c3 is closed elsewhere
-    gone = await broker.resolve("s", "a3", now, False, variants)
+    gone = await broker.resolve("s", Decide("a3", now, False, variants))
     assert (gone.outcome, gone.blob) == ("resolved", "gone")
 
 
@@ -421,7 +421,7 @@ async def test_a_tracker_withdraws_its_own_approval(broker: PostgresBroker) -> N
     assert state is not None and state.status == "r"
     assert state.decision == {"approved": False, "by": "cancelled"}
     variants: list[Variant] = [("x", "{}", None)] * 3
-    late = await broker.resolve("s", "a", time.time(), False, variants)
+    late = await broker.resolve("s", Decide("a", time.time(), False, variants))
     assert (late.outcome, late.blob, late.seq) == ("resolved", '{"by":"cancelled"}', 2)
     # Requested in one batch, withdrawn in the next.
     await broker.append("s", "w", [rec("A", 4, call_id="d", approval_id="b", meta=meta)])
@@ -455,7 +455,7 @@ def test_one_winner_among_processes_deciding_at_once(postgres_server: PostgresSe
             def decide(i: int, n: int = n, barrier: threading.Barrier = barrier) -> Any:
                 variants: list[Variant] = [(f"by{i}", "{}", None)] * 3
                 barrier.wait()
-                return brokers[i].resolve_sync("s", f"a{n}", time.time(), False, variants)
+                return brokers[i].resolve_sync("s", Decide(f"a{n}", time.time(), False, variants))
 
             with ThreadPoolExecutor(len(brokers)) as pool:
                 results = list(pool.map(decide, range(len(brokers))))
@@ -561,7 +561,7 @@ async def test_wait_approval_is_woken_by_a_decision_elsewhere(
 
         async def decide() -> None:
             await asyncio.sleep(0.3)
-            await other.resolve("s", "a", time.time(), False, [("x", "{}", None)] * 3)
+            await other.resolve("s", Decide("a", time.time(), False, [("x", "{}", None)] * 3))
 
         task = asyncio.create_task(decide())
         started = time.monotonic()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import toolstream as ts
-from toolstream._core.driver import Record
+from toolstream._core.driver import Decide, Record
 from toolstream.broker import Broker, BrokerBus, BrokerReader
 from toolstream.testing import BrokerDown, MemoryBroker, StallingBroker
 
@@ -79,8 +79,8 @@ async def test_every_operation_reaches_the_inner_driver() -> None:
     assert await broker.expire(0.0) == 0
     assert await broker.approval("s", "a") is None
     assert broker.approval_sync("s", "a") is None
-    assert (await broker.resolve("s", "a", 0.0, False, [])).outcome == "notfound"
-    assert broker.resolve_sync("s", "a", 0.0, False, []).outcome == "notfound"
+    assert (await broker.resolve("s", Decide("a", 0.0, False, []))).outcome == "notfound"
+    assert broker.resolve_sync("s", Decide("a", 0.0, False, [])).outcome == "notfound"
     await broker.wait_approval("s", "a", 0.01)
     assert await broker.epoch() == await inner.epoch()
     reader = broker.reader("s")

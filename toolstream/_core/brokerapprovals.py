@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .approvals import TIMEOUT_BY, Decision, resolution_variants
 from .codec import from_dict
-from .driver import ApprovalState, Resolution, Variant
+from .driver import ApprovalState, Decide, Resolution, Variant
 from .errors import (
     ApprovalAlreadyResolved,
     ApprovalExpired,
@@ -65,9 +65,8 @@ class BrokerArbiter:
         decided: _Decided = (approved, by, reason, edited, ends_call)
         variants = self._variants(session, approval_id, state.meta, decided)
         try:
-            got = await self.broker.resolve(
-                session, approval_id, self.bus.clock(), by == TIMEOUT_BY, variants
-            )
+            decide = Decide(approval_id, self.bus.clock(), by == TIMEOUT_BY, variants)
+            got = await self.broker.resolve(session, decide)
         except self.broker.retryable as exc:
             raise self._unavailable(exc) from exc
         return self._outcome(approval_id, got)
@@ -122,7 +121,7 @@ class BrokerArbiter:
         variants = self._variants(
             session, approval_id, state.meta, (False, TIMEOUT_BY, None, None, True)
         )
-        broker.resolve_sync(session, approval_id, now, True, variants)
+        broker.resolve_sync(session, Decide(approval_id, now, True, variants))
 
     async def state(self, session: str, approval_id: str) -> ApprovalState | None:
         """The approval as stored, or None. A request this bus published and has not

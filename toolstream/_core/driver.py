@@ -60,6 +60,7 @@ __all__ = [
     "Appended",
     "ApprovalState",
     "Broker",
+    "Decide",
     "BrokerReader",
     "Chunk",
     "Record",
@@ -152,6 +153,19 @@ class ApprovalState:
 #: JSON kept for the waiting tool, and the denial's event JSON (``tool.denied`` when the
 #: call ends with it; None when it does not).
 Variant = tuple[str, str, "str | None"]
+
+
+@attrs.frozen
+class Decide:
+    """What :meth:`Broker.resolve` decides: the approval, the bus's ``now`` (which says
+    whether it expired), whether the expiry timer decides (``by_timeout``), and the
+    ``variants`` — in order the decision, the expiry and the cancellation (the call was
+    closed elsewhere)."""
+
+    approval_id: str
+    now: float
+    by_timeout: bool
+    variants: Sequence[Variant]
 
 
 @attrs.frozen
@@ -292,31 +306,16 @@ class Broker(Protocol):
         """:meth:`approval` from synchronous code."""
         ...
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
-        """Decide an approval in one atomic step. ``variants`` are, in order, the
-        decision, the expiry and the cancellation (the call was closed elsewhere). A
-        resolved approval answers ``resolved`` with the stored resolution; a fenced call
-        writes the cancellation (``resolved``); a decision (not ``by_timeout``) at or
-        past the expiry writes the expiry (``expired``); else the decision (``ok``).
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
+        """Decide an approval in one atomic step (see :class:`Decide`). A resolved
+        approval answers ``resolved`` with the stored resolution; a fenced call writes
+        the cancellation (``resolved``); a decision (not ``by_timeout``) at or past the
+        expiry writes the expiry (``expired``); else the decision (``ok``).
         Writing appends the resolution, then the denial if any (fencing the call and
         closing it under its writer), stores the decision and wakes the waiters."""
         ...
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
         """:meth:`resolve` from synchronous code."""
         ...
 

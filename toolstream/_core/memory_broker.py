@@ -31,10 +31,10 @@ from .driver import (
     ApprovalState,
     BrokerReader,
     Chunk,
+    Decide,
     Record,
     Resolution,
     StoredState,
-    Variant,
 )
 from .jsonenc import dumps, loads
 from .stalling import OPERATIONS, AfterHook, OperationHooks
@@ -512,36 +512,26 @@ class MemoryBroker:
         decision = loads(approval.decision) if approval.decision else None
         return ApprovalState(approval.status, meta, decision)
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
         """Decide an approval (the RESOLVE script): ``now`` (the bus's clock) decides
         whether it expired; what it writes is numbered by :attr:`wall`."""
         with await self._io("resolve"):
-            got = self._resolve(session, approval_id, now, by_timeout, variants)
+            got = self._resolve(session, decide)
         return await self._done("resolve", got)
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
         """:meth:`resolve` from synchronous code."""
         with self._io_sync("resolve_sync"):
-            got = self._resolve(session, approval_id, now, by_timeout, variants)
+            got = self._resolve(session, decide)
         return self._hooks.done_sync("resolve_sync", got)
 
-    def _resolve(
-        self, session: str, aid: str, now: float, timer: bool, variants: Sequence[Variant]
-    ) -> Resolution:
+    def _resolve(self, session: str, decide: Decide) -> Resolution:
+        aid, now, timer, variants = (
+            decide.approval_id,
+            decide.now,
+            decide.by_timeout,
+            decide.variants,
+        )
         s = self._sessions.get(session)
         approval = s.approvals.get(aid) if s is not None else None
         if s is None or approval is None:

@@ -19,10 +19,10 @@ from .driver import (
     Broker,
     BrokerReader,
     Chunk,
+    Decide,
     Record,
     Resolution,
     StoredState,
-    Variant,
 )
 
 __all__ = ["OPERATIONS", "AfterHook", "OperationHooks", "StallingBroker"]
@@ -290,33 +290,19 @@ class StallingBroker:
             "approval_sync", lambda: self.inner.approval_sync(session, approval_id)
         )
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
         """The inner driver's resolve."""
         return await self._run(
             "resolve",
             None,
-            lambda: self.inner.resolve(session, approval_id, now, by_timeout, variants),
+            lambda: self.inner.resolve(session, decide),
         )
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
         """The inner driver's resolve_sync."""
         return self._run_sync(
             "resolve_sync",
-            lambda: self.inner.resolve_sync(session, approval_id, now, by_timeout, variants),
+            lambda: self.inner.resolve_sync(session, decide),
         )
 
     async def wait_approval(self, session: str, approval_id: str, timeout: float) -> None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from toolstream._core.driver import ApprovalState, Record, Resolution, Variant
+from toolstream._core.driver import ApprovalState, Decide, Record, Resolution
 from toolstream._core.jsonenc import dumps, loads
 
 from ._common import NATS_ERRORS, RETRYABLE, JetStreamContext, KeyValue, Names, nats, session_token
@@ -160,17 +160,12 @@ class NatsApprovals:
             return None
         return got
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: list[Variant],
-    ) -> Resolution:
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
         """Decide an approval: pick among the decision and what wins instead (expired
         meanwhile, the call closed by a reaper), swap it into the entry if it is still
         pending (compare-and-swap: one winner), then append its events."""
+        approval_id, now, by_timeout = decide.approval_id, decide.now, decide.by_timeout
+        variants = list(decide.variants)
         kv = await self._kv()
         key = session_token(approval_id)
         while True:

@@ -25,10 +25,10 @@ from toolstream._core.driver import (
     Appended,
     ApprovalState,
     BrokerReader,
+    Decide,
     Record,
     Resolution,
     StoredState,
-    Variant,
 )
 
 from ._approvals import NatsApprovals
@@ -210,31 +210,13 @@ class NatsBroker:
             lambda link: self._approvals(link).approval(session, approval_id)
         )
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
         """Decide by compare-and-swap on the approval's entry, then append."""
-        return await self.approvals.resolve(session, approval_id, now, by_timeout, list(variants))
+        return await self.approvals.resolve(session, decide)
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
         """:meth:`resolve` on a connection of its own, in a thread of its own."""
-        return self.conn.in_thread(
-            lambda link: self._approvals(link).resolve(
-                session, approval_id, now, by_timeout, list(variants)
-            )
-        )
+        return self.conn.in_thread(lambda link: self._approvals(link).resolve(session, decide))
 
     async def wait_approval(self, session: str, approval_id: str, timeout: float) -> None:
         """Woken by a watch on the approval's entry."""

@@ -24,10 +24,10 @@ from toolstream._core.driver import (
     Appended,
     ApprovalState,
     Chunk,
+    Decide,
     Record,
     Resolution,
     StoredState,
-    Variant,
 )
 from toolstream._core.jsonenc import loads
 from toolstream._core.outbox import Refused
@@ -458,29 +458,15 @@ class PostgresBroker:
         """:meth:`approval` on the synchronous connection."""
         return self._run_sync(self._approval_plan(session, approval_id), tx=False)
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
         """Decide the approval in one transaction (the session's row locked: of every
         process deciding at once, exactly one wins)."""
-        plan = _plans.resolve(self._s, session, approval_id, now, by_timeout, variants)
+        plan = _plans.resolve(self._s, session, decide)
         return await self._run(plan)
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
         """:meth:`resolve` on the synchronous connection."""
-        plan = _plans.resolve(self._s, session, approval_id, now, by_timeout, variants)
+        plan = _plans.resolve(self._s, session, decide)
         return self._run_sync(plan)
 
     async def wait_approval(self, session: str, approval_id: str, timeout: float) -> None:

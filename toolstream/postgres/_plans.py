@@ -19,7 +19,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
 from toolstream._core.brokerstate import blob, lost_writer_events
-from toolstream._core.driver import Appended, Record, Resolution, StoredState, Variant
+from toolstream._core.driver import Appended, Decide, Record, Resolution, StoredState
 from toolstream._core.jsonenc import dumps
 
 from ._schema import Statements
@@ -134,15 +134,10 @@ def read_state(s: Statements, session: str, upto: int | None) -> Plan[StoredStat
     return StoredState(str(inc), int(last), max(int(floor), int(ck_seq)), checkpoint, events)
 
 
-def resolve(
-    s: Statements,
-    session: str,
-    approval_id: str,
-    now: float,
-    by_timeout: bool,
-    variants: Sequence[Variant],
-) -> Plan[Resolution]:
+def resolve(s: Statements, session: str, decide: Decide) -> Plan[Resolution]:
     """:meth:`Broker.resolve`: RESOLVE's logic."""
+    approval_id, now, by_timeout = decide.approval_id, decide.now, decide.by_timeout
+    variants = decide.variants
     got = yield [
         (s.q["lock"], (session,), True),
         (s.q["approval_for_update"], (session, approval_id), True),

@@ -18,10 +18,10 @@ from toolstream._core.driver import (
     Appended,
     ApprovalState,
     Chunk,
+    Decide,
     Record,
     Resolution,
     StoredState,
-    Variant,
 )
 from toolstream._core.errors import BusUnavailable
 from toolstream._core.jsonenc import dumps
@@ -79,17 +79,11 @@ def _approval(reply: Sequence[Any]) -> ApprovalState | None:
     return ApprovalState(st, json.loads(meta), json.loads(dec) if dec else None)
 
 
-def _resolve_args(
-    session: str,
-    approval_id: str,
-    now: float,
-    ttl: int,
-    by_timeout: bool,
-    variants: Sequence[Variant],
-) -> list[Any]:
+def _resolve_args(session: str, decide: Decide, ttl: int) -> list[Any]:
     """The RESOLVE script's arguments after the session's base."""
-    args: list[Any] = [session, approval_id, now, ttl, "t" if by_timeout else "d"]
-    for res, dec, den in variants:
+    kind = "t" if decide.by_timeout else "d"
+    args: list[Any] = [session, decide.approval_id, decide.now, ttl, kind]
+    for res, dec, den in decide.variants:
         args += [res, dec, den or ""]
     return args
 
@@ -398,26 +392,12 @@ class RedisBroker:
     def approval_sync(self, session: str, approval_id: str) -> ApprovalState | None:
         return _approval(self._sync_script("APPROVAL", session, [session, approval_id]))
 
-    async def resolve(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
-        args = _resolve_args(session, approval_id, now, self._ttl, by_timeout, variants)
+    async def resolve(self, session: str, decide: Decide) -> Resolution:
+        args = _resolve_args(session, decide, self._ttl)
         return _resolution(await self._script("RESOLVE", session, args))
 
-    def resolve_sync(
-        self,
-        session: str,
-        approval_id: str,
-        now: float,
-        by_timeout: bool,
-        variants: Sequence[Variant],
-    ) -> Resolution:
-        args = _resolve_args(session, approval_id, now, self._ttl, by_timeout, variants)
+    def resolve_sync(self, session: str, decide: Decide) -> Resolution:
+        args = _resolve_args(session, decide, self._ttl)
         return _resolution(self._sync_script("RESOLVE", session, args))
 
     async def wait_approval(self, session: str, approval_id: str, timeout: float) -> None:
