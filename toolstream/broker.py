@@ -12,7 +12,7 @@ leases and reaping of lost writers, stats), written once. A driver implements th
 
 from __future__ import annotations
 
-from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
+from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription, BusOptions
 from toolstream._core.driver import (
     Appended,
     ApprovalState,
@@ -36,6 +36,7 @@ __all__ = [
     "BrokerBusStats",
     "BrokerReader",
     "BrokerSubscription",
+    "BusOptions",
     "Chunk",
     "Decide",
     "OutboxOverflow",

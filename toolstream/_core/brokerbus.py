@@ -19,7 +19,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import attrs
 from typing_extensions import Self
@@ -45,7 +45,14 @@ from .wake import current_backend
 
 logger = logging.getLogger("toolstream.broker")
 
-__all__ = ["BrokerBus", "BrokerBusStats", "BrokerSubscription", "OutboxOverflow", "bus_options"]
+__all__ = [
+    "BrokerBus",
+    "BrokerBusStats",
+    "BrokerSubscription",
+    "BusOptions",
+    "OutboxOverflow",
+    "bus_options",
+]
 
 E = TypeVar("E", bound=Event)
 
@@ -64,6 +71,22 @@ BUS_OPTIONS = (
     "reset_bytes",
     "payload",
 )
+
+
+class BusOptions(TypedDict, total=False):
+    """:class:`BrokerBus`'s options but ``replay``, for a driver's bus that takes them
+    as ``**options`` (``PostgresBus``); each means what it means on ``BrokerBus``."""
+
+    outbox: int
+    outbox_overflow: OutboxOverflow
+    lease: float
+    reap: bool
+    connect_timeout: float
+    batch: int
+    clock: Callable[[], float]
+    max_finished: int
+    reset_bytes: int
+    payload: PayloadPolicy | None
 
 
 def bus_options(given: Mapping[str, Any]) -> dict[str, Any]:

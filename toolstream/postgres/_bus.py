@@ -10,13 +10,9 @@ connections and are woken by ``LISTEN``/``NOTIFY``; history is kept by time
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from typing_extensions import Unpack
 
-from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription
-from toolstream._core.outbox import OutboxOverflow
-from toolstream._core.payload import PayloadPolicy
-from toolstream._core.snapshots import DEFAULT_RESET_BYTES
+from toolstream._core.brokerbus import BrokerBus, BrokerBusStats, BrokerSubscription, BusOptions
 
 from ._broker import PostgresBroker
 
@@ -79,18 +75,10 @@ class PostgresBus(BrokerBus):
         *,
         prefix: str = "toolstream",
         retention: float = 604800.0,
-        outbox: int = 100_000,
-        outbox_overflow: OutboxOverflow = "drop-deltas",
-        lease: float = 10.0,
-        reap: bool = True,
-        connect_timeout: float = 5.0,
-        batch: int = 512,
-        clock: Callable[[], float] = time.time,
-        max_finished: int = 500,
-        reset_bytes: int = DEFAULT_RESET_BYTES,
-        payload: PayloadPolicy | None = None,
         pool: int = 8,
+        **options: Unpack[BusOptions],
     ) -> None:
+        connect_timeout = options.get("connect_timeout", 5.0)
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
         broker = PostgresBroker(
@@ -101,20 +89,7 @@ class PostgresBus(BrokerBus):
         self.dsn = dsn
         self.prefix = prefix
         self.retention = broker.retention
-        super().__init__(
-            broker,
-            replay=None,
-            outbox=outbox,
-            outbox_overflow=outbox_overflow,
-            lease=lease,
-            reap=reap,
-            connect_timeout=connect_timeout,
-            batch=batch,
-            clock=clock,
-            max_finished=max_finished,
-            reset_bytes=reset_bytes,
-            payload=payload,
-        )
+        super().__init__(broker, replay=None, **options)
 
     def __repr__(self) -> str:
         return (
