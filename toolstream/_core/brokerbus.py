@@ -489,7 +489,7 @@ class BrokerBus:
     async def _leases(self) -> None:
         """Renew this process's lease; close the calls of writers whose lease ran out;
         delete what is past its time to live."""
-        every = self.lease / 3
+        every = min(self.lease / 3, 30.0)  # history kept by time is trimmed at least as often
         broker = self.broker
         while True:
             await asyncio.sleep(every)

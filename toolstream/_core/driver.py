@@ -192,7 +192,9 @@ class BrokerReader(Protocol):
 
     async def wait(self, after: int, timeout: float) -> None:
         """Return when an event after ``after`` may have been written, or after
-        ``timeout`` seconds (returning early is allowed: the reader reads again)."""
+        ``timeout`` seconds (returning early is allowed: the reader reads again). The
+        bus always reads before it waits: a reader may count wake-ups from its last
+        :meth:`read` so that a write between the two is not missed."""
         ...
 
     async def aclose(self) -> None:
@@ -223,7 +225,8 @@ class Broker(Protocol):
 
     def next_seq(self, last: int, now: float) -> int:
         """The seq of the next event this process publishes, after ``last`` (the newest
-        it gave), at wall-clock time ``now``. Runs under the bus's lock: no I/O."""
+        it gave), at wall-clock time ``now``. Runs under the bus's lock: no I/O, and no
+        side effect (the bus also asks it where a live subscription starts)."""
         ...
 
     async def append(self, session: str, token: str, records: Sequence[Record]) -> Appended:
@@ -231,7 +234,9 @@ class Broker(Protocol):
         each is skipped if at or below the writer's high-water mark (code 1), dropped if
         fenced (code 2), else written at its ``seq`` (or, if another writer's events are
         ahead, at the next free seq: code 3), doing what its kind says. Sets the
-        session's incarnation on its first write."""
+        session's incarnation on its first write. The bus starts one session's appends
+        of a batch together; a driver whose broker numbers every session in one sequence
+        may write appends started together as one."""
         ...
 
     async def read_state(self, session: str, upto: int | None = None) -> StoredState:
@@ -260,12 +265,16 @@ class Broker(Protocol):
 
     async def lost(self, token: str) -> list[str]:
         """The writers other than ``token`` whose lease ran out, or whose reaping was
-        claimed and not finished."""
+        claimed and not finished. The bus asks every ``lease / 3`` seconds (at most 30),
+        so a broker without expiring keys may measure "ran out" between its calls."""
         ...
 
     async def claim(self, token: str, *, force: bool) -> list[str] | None:
         """Claim writer ``token`` for reaping (``force``: even if its lease is held):
-        the sessions it wrote to, or None when its lease is held or it was reaped."""
+        the sessions it wrote to, or None when its lease is held or it was released. A
+        writer claimed and not yet released may be claimed again (a reaper that died
+        half-way is continued): that each call is closed once is :meth:`reap`'s to
+        ensure."""
         ...
 
     async def reap(self, session: str, token: str, reason: str, now: float) -> int:
@@ -293,7 +302,8 @@ class Broker(Protocol):
 
     async def expire(self, now: float) -> int:
         """Delete the sessions past their time to live (a broker whose keys expire on
-        their own does nothing); how many."""
+        their own does nothing); how many. A driver may answer 0 when it looked
+        recently."""
         ...
 
     # -- approvals ---------------------------------------------------------------------
