@@ -19,11 +19,8 @@ import math
 import secrets
 import threading
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
-
-import attrs
 
 from .brokerstate import blob, lost_writer_events
 from .driver import (
@@ -37,6 +34,8 @@ from .driver import (
     StoredState,
 )
 from .jsonenc import dumps, loads
+from .memory_data import Approval as _Approval
+from .memory_data import Session as _Session
 from .stalling import OPERATIONS, AfterHook, OperationHooks
 
 __all__ = ["BrokerDown", "MemoryBroker"]
@@ -54,41 +53,6 @@ _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 class BrokerDown(ConnectionError):
     """A :class:`MemoryBroker` is down (:meth:`MemoryBroker.down`): what a broker
     unreachable raises, and what a bus over it retries."""
-
-
-@attrs.define
-class _Approval:
-    meta: str  # JSON text (as the decision): every reader gets a copy of its own
-    status: Literal["p", "r"] = "p"
-    resolution: str = ""
-    seq: int = 0
-    decision: str = ""
-
-
-class _Session:
-    """One session's data (everything a session's keys hold in Redis)."""
-
-    def __init__(self, touched: float) -> None:
-        self.incarnation = ""
-        self.events: list[tuple[int, str | bytes]] = []  # (seq, blob), seq increasing
-        self.last = 0  # the last seq ever given (deleting never lowers it)
-        self.deleted = 0  # the highest seq deleted
-        self.checkpoint: tuple[int, str] | None = None
-        self.marks: dict[str, int] = {}  # writer token -> high-water mark (its numbering)
-        self.open: dict[tuple[str, str, str], tuple[str, str]] = {}  # (c|r, w, id) -> (tool, run)
-        self.fenced: set[tuple[str, str, str]] = set()
-        self.approvals: dict[str, _Approval] = {}
-        self.touched = touched
-
-    def add(self, blob: str, seq: int) -> int:
-        """Append ``blob`` at ``seq`` (above ``last``)."""
-        self.events.append((seq, blob))
-        self.last = seq
-        return seq
-
-    def after(self, seq: int) -> int:
-        """The index of the first event after ``seq``."""
-        return bisect_right(self.events, seq, key=lambda e: e[0])
 
 
 def _settle(future: asyncio.Future[None]) -> None:
