@@ -676,3 +676,54 @@ async def test_a_connection_the_server_closes_is_made_again_and_flushed(
         assert (await bus.fetch_snapshot("s")).calls[0].state is ts.CallState.COMPLETED
     finally:
         await bus.aclose()
+
+
+@pytest.fixture(scope="module")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.nats_server import NatsCluster
+
+    require_nats()
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("check", bus_conformance_checks(), ids=lambda c: c.__name__)
+async def test_nats_bus_on_a_cluster_conforms(
+    nats_cluster: Any, check: Callable[[BusFactory], Awaitable[None]]
+) -> None:
+    """The shared suite on a three-server cluster, with an R3 stream and buckets."""
+    from toolstream.nats import NatsBus
+
+    async def make() -> Any:
+        prefix = f"t{uuid.uuid4().hex[:10]}"
+        bus = NatsBus(nats_cluster.urls, prefix=prefix, replicas=3, connect_timeout=20.0)
+        await bus.start()
+        return bus
+
+    await check(make)
+
+
+def test_a_cluster_whose_server_does_not_serialize_swaps_is_warned_about(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server before 2.9.21 lets racing compare-and-swaps on one key of a clustered
+    bucket all succeed (nats-io/nats-server#4320): within a process, decisions take
+    turns (the cluster conformance run above); across processes, say so once."""
+    from types import SimpleNamespace
+
+    from toolstream.nats import _connection
+
+    monkeypatch.setattr(_connection, "_warned_cas", False)
+    for version, cluster, warned in (
+        ("2.10.4", "c", False),
+        ("2.9.10", None, False),
+        ("2.9.10", "c", True),
+    ):
+        caplog.clear()
+        nc = SimpleNamespace(_server_info={"version": version, "cluster": cluster})
+        _connection.warn_unserialized_cas(nc)  # type: ignore[arg-type]
+        assert ("nats-io/nats-server#4320" in caplog.text) is warned, version

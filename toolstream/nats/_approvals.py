@@ -55,6 +55,8 @@ class NatsApprovals:
         # approval key -> (its watcher, when last used: time.monotonic()), in one loop
         self._watchers: dict[str, tuple[Any, float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._locks: dict[str, asyncio.Lock] = {}  # approval key -> its decisions' turn
+        self._locks_loop: asyncio.AbstractEventLoop | None = None
 
     async def _kv(self) -> KeyValue:
         return await self._link.kv(self._names.approvals)
@@ -82,8 +84,12 @@ class NatsApprovals:
     async def own(self, rec: Record) -> bool:
         """A tracker resolves its own approval (``"R"``, its call was cancelled): it wins
         only while the approval is pending; False if it was decided first (drop it)."""
-        kv = await self._kv()
         key = session_token(rec.approval_id)
+        async with self._deciding(key):
+            return await self._own(rec, key)
+
+    async def _own(self, rec: Record, key: str) -> bool:
+        kv = await self._kv()
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
@@ -164,10 +170,29 @@ class NatsApprovals:
         """Decide an approval: pick among the decision and what wins instead (expired
         meanwhile, the call closed by a reaper), swap it into the entry if it is still
         pending (compare-and-swap: one winner), then append its events."""
+        kv = await self._kv()
+        key = session_token(decide.approval_id)
+        async with self._deciding(key):
+            return await self._resolve(kv, key, session, decide)
+
+    def _deciding(self, key: str) -> asyncio.Lock:
+        """One decision on ``key`` at a time in this process: compare-and-swap decides
+        between processes, but a cluster's nats-server before 2.9.21 lets racing swaps on
+        one key all succeed (nats-io/nats-server#4320); within a process this lock makes
+        them take turns, so the second finds the first's decision."""
+        loop = asyncio.get_running_loop()
+        if self._locks_loop is not loop:
+            self._locks, self._locks_loop = {}, loop
+        lock = self._locks.get(key)
+        if lock is None:
+            if len(self._locks) > 1_000:  # bounded: forget the idle ones
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    async def _resolve(self, kv: KeyValue, key: str, session: str, decide: Decide) -> Resolution:
         approval_id, now, by_timeout = decide.approval_id, decide.now, decide.by_timeout
         variants = list(decide.variants)
-        kv = await self._kv()
-        key = session_token(approval_id)
         while True:
             got = await self._of(session, approval_id)
             if got is None:

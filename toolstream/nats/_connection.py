@@ -287,6 +287,7 @@ class NatsConnection:
                 while True:
                     try:
                         nc = await self._connect(main=True, closed=closed)
+                        warn_unserialized_cas(nc)
                         break
                     except Exception as exc:
                         logger.warning("cannot reach NATS at %s (%s); retrying", self.where, exc)
@@ -378,3 +379,32 @@ class NatsConnection:
         elif self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(task.cancel)
         self._task = None
+
+
+#: nats-server releases before this one check a write's expected last sequence before
+#: proposing it to a cluster, not as part of the proposal: writes racing on one key of a
+#: replicated bucket may all succeed (nats-io/nats-server#4320, fixed in 2.9.21).
+CAS_SERIALIZED_SINCE = (2, 9, 21)
+_warned_cas = False
+
+
+def warn_unserialized_cas(nc: NatsClient) -> None:
+    """Warn once when ``nc`` talks to a cluster whose server does not serialize
+    compare-and-swap (two processes deciding one approval at once could both win)."""
+    global _warned_cas
+    info = getattr(nc, "_server_info", None) or {}
+    if _warned_cas or not info.get("cluster"):
+        return
+    try:
+        version = tuple(int(part) for part in str(info.get("version", "")).split(".")[:3])
+    except ValueError:
+        return
+    if version < CAS_SERIALIZED_SINCE:
+        _warned_cas = True
+        logger.warning(
+            "nats-server %s in a cluster does not serialize compare-and-swap "
+            "(nats-io/nats-server#4320): two processes deciding one approval at the same "
+            "instant may both win. Upgrade to %s or later.",
+            info.get("version"),
+            ".".join(map(str, CAS_SERIALIZED_SINCE)),
+        )
