@@ -14,7 +14,7 @@ import redis
 
 import toolstream as ts
 from tests import broker_checks
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisClusterServers, RedisServer
 from tests.servers import eventually, take
 from toolstream.broker import BrokerBus
 from toolstream.redis import RedisBus
@@ -49,7 +49,7 @@ def make_bus(server: RedisServer, **options: Any) -> RedisBus:
     return RedisBus(server.url, **options)
 
 
-def make_hooked_bus(server: RedisServer, **options: Any) -> BrokerBus:
+def make_hooked_bus(server: RedisServer | RedisClusterServers, **options: Any) -> BrokerBus:
     """A RedisBus with test hooks, for the broker checks that need a broker to misbehave:
     ``BrokerBus`` over ``StallingBroker(RedisBroker(...))``, as RedisBus is built."""
     driver = RedisBroker(

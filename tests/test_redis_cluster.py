@@ -8,6 +8,7 @@ import gc
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ import toolstream as ts
 from tests import broker_checks
 from tests.redis_server import RedisClusterServers, require_redis
 from tests.servers import take
+from tests.test_redis_bus import make_hooked_bus
 from toolstream.redis import RedisBus
 from toolstream.testing import BusFactory, bus_conformance_checks
 
@@ -143,3 +145,19 @@ async def test_braces_and_hash_tags_in_names_on_a_cluster(
 
     await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(make)
     await broker_checks.names_past_the_bound_never_reach_the_broker(make)
+
+
+async def test_two_buses_deciding_at_once_have_one_winner_on_a_cluster(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    await broker_checks.two_buses_deciding_at_once_have_one_winner(
+        partial(make_hooked_bus, redis_cluster), rounds=10
+    )
+
+
+async def test_lost_worker_calls_closed_exactly_once_on_a_cluster(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    await broker_checks.lost_worker_calls_closed_exactly_once(
+        partial(make_hooked_bus, redis_cluster)
+    )
