@@ -133,3 +133,77 @@ def test_shared_encodings_are_bounded_in_bytes_and_go_with_their_readers() -> No
     assert cache._items, "two readers left: still shared"
     cache.leave()
     assert not cache._items and cache.nbytes == 0
+
+
+async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:
+    """The heartbeat (asyncio: one timer per stream, nudging the subscription's wait;
+    trio: a cancel scope per wait): ``None`` after ``heartbeat`` idle seconds, every
+    event delivered however the beats and the events interleave, and an idle stream's
+    beats leave no registrations behind in its log."""
+    import anyio
+
+    bus = ts.EventBus()
+    call = ts.Tracker(bus, "s1").create("t")
+    sub = bus.subscribe(session="s1", snapshot=True)
+    pump: Pump[bytes] = Pump(sub, Encoder(dialects.get("native")), SSEFormat())
+    got: list[bytes | None] = []
+    from contextlib import aclosing
+
+    async def read() -> None:
+        async with aclosing(pump.chunks(0.05)) as chunks:
+            async for chunk in chunks:
+                got.extend([None] if chunk is None else chunk)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(0.3)  # idle: beats
+            beats = got.count(None)
+            assert 3 <= beats <= 7, got
+            log = sub._log
+            assert log is not None and len(log.waiters) <= 1  # no stale registrations
+            for i in range(40):  # events around the beats
+                call.progress(message=f"m{i}")
+                await anyio.sleep(0.007)
+            await anyio.sleep(0.1)
+            sub.close()
+    sent = [frame for frame in got if frame is not None]
+    messages = [json.loads(f.split(b"data: ", 1)[1]) for f in sent]
+    progress = [m["message"] for m in messages if m["type"] == "tool.progress"]
+    assert progress == [f"m{i}" for i in range(40)]
+    assert len(log.waiters) == 0
+
+
+async def test_a_nudge_ends_a_wait_or_skips_the_next_but_never_hides_events() -> None:
+    """``Subscription._nudge``: ``batches()`` hands out [] instead of waiting — the
+    wait under way ends, or the next one does not begin — and events already there
+    come first."""
+    import anyio
+
+    bus = ts.EventBus()
+    call = ts.Tracker(bus, "s1").create("t")
+    call.start()
+    sub = bus.subscribe(session="s1")
+    batches = sub.batches()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            got: list[list[ts.Event]] = []
+
+            async def one() -> None:
+                got.append(await batches.__anext__())
+
+            tg.start_soon(one)
+            await anyio.sleep(0.05)  # waiting now
+            sub._nudge()
+        assert got == [[]]
+        sub._nudge()  # not waiting: the next wait does not begin
+        assert await batches.__anext__() == []
+        call.progress(message="x")
+        sub._nudge()  # an event is there: it comes first, then the nudge
+        assert [e.type for e in await batches.__anext__()] == ["tool.progress"]
+        assert await batches.__anext__() == []
+        log = sub._log
+        assert log is not None and not log.waiters
+        call.progress(message="y")  # and waiting works as before
+        assert [e.type for e in await batches.__anext__()] == ["tool.progress"]
+    sub.close()
