@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 
 import toolstream as ts
 from toolstream import dialects
@@ -147,7 +148,6 @@ async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:
     sub = bus.subscribe(session="s1", snapshot=True)
     pump: Pump[bytes] = Pump(sub, Encoder(dialects.get("native")), SSEFormat())
     got: list[bytes | None] = []
-    from contextlib import aclosing
 
     async def read() -> None:
         async with aclosing(pump.chunks(0.05)) as chunks:
@@ -158,8 +158,7 @@ async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(read)
             await anyio.sleep(0.3)  # idle: beats
-            beats = got.count(None)
-            assert 3 <= beats <= 7, got
+            assert 2 <= got.count(None) <= 7, got  # every 0.05 s (a loaded machine: fewer)
             log = sub._log
             assert log is not None and len(log.waiters) <= 1  # no stale registrations
             for i in range(40):  # events around the beats
@@ -171,7 +170,7 @@ async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:
     messages = [json.loads(f.split(b"data: ", 1)[1]) for f in sent]
     progress = [m["message"] for m in messages if m["type"] == "tool.progress"]
     assert progress == [f"m{i}" for i in range(40)]
-    assert len(log.waiters) == 0
+    assert log is not None and not log.waiters
 
 
 async def test_a_nudge_ends_a_wait_or_skips_the_next_but_never_hides_events() -> None:
