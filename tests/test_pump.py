@@ -49,7 +49,8 @@ def test_a_partial_resume_never_changes_what_other_clients_get() -> None:
     for fmt in (SSEFormat(), WSFormat("s1")):
         for resuming_first in (True, False):
             cache: FrameCache[object] = FrameCache()
-            cache.users = 3
+            for _ in range(3):
+                cache.join("s1")
             skipping = Pump(
                 sub,
                 Encoder(dialects.get("native"), skip_event=event.id, skip=1),
@@ -76,7 +77,8 @@ def test_encodings_are_shared_per_session() -> None:
     one = ts.ToolStarted(id="e-5", session="a", ts=1.0, call_id="c", tool="secret_a")
     two = ts.ToolStarted(id="e-5", session="b", ts=1.0, call_id="c", tool="other_b")
     cache: FrameCache[object] = FrameCache()
-    cache.users = 2
+    cache.join("a")
+    cache.join("a")
     fmt = SSEFormat()
     a = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([one])
     b = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([two])
@@ -88,7 +90,8 @@ def test_stateful_dialects_are_never_shared() -> None:
     bus = ts.EventBus()
     sub = bus.subscribe(session="s1")
     cache: FrameCache[bytes] = FrameCache()
-    cache.users = 5
+    for _ in range(5):
+        cache.join("s1")
     pump = Pump(sub, Encoder(dialects.get("agui")), SSEFormat(), cache=cache)
     assert pump.cache is None
 
@@ -107,7 +110,8 @@ def test_the_inline_sharing_decision_is_encoder_shares() -> None:
     for skip_at in (None, 0, 3):
         skip = batch[skip_at].id if skip_at is not None else None
         cache: FrameCache[object] = FrameCache()
-        cache.users = 2
+        cache.join("s1")
+        cache.join("s1")
         plain = Encoder(dialects.get("native"), skip_event=skip, skip=1)
         expected = []
         for event in batch:
@@ -124,16 +128,35 @@ def test_shared_encodings_are_bounded_in_bytes_and_go_with_their_readers() -> No
     # count (4,096 events of 32 KB would be 128 MB), and dropped once fewer than two
     # streams read them: clients that left hold nothing through the cache.
     cache: FrameCache[bytes] = FrameCache(max_bytes=100_000)
-    cache.users = 3
+    for _ in range(3):
+        cache.join("s1")
     for i in range(50):
         cache.put(("native", "s1", f"e-{i}"), (b"x" * 10_000,))
     assert cache.nbytes <= 100_000
     assert sum(len(v[0]) for v in cache._items.values()) == cache.nbytes
     assert ("native", "s1", "e-49") in cache._items, "the newest stay"
-    cache.leave()
+    cache.leave("s1")
     assert cache._items, "two readers left: still shared"
-    cache.leave()
-    assert not cache._items and cache.nbytes == 0
+    cache.leave("s1")
+    assert not cache._items and cache.nbytes == 0 and cache.readers == {"s1": 1}
+
+
+def test_a_session_with_one_reader_stores_nothing_in_the_shared_cache() -> None:
+    # A gateway whose clients each watch their own session has nothing to share:
+    # storing each event's encoding there was a cost per event and two objects a time
+    # for the garbage collector. The session's second reader turns sharing on.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    event = bus.publish(ts.ToolStarted, session="s1", call_id="c", tool="t")
+    cache: FrameCache[bytes] = FrameCache()
+    cache.join("s1")
+    cache.join("s2")  # two streams in all, one per session
+    pump = Pump(sub, Encoder(dialects.get("native")), SSEFormat(), cache=cache)
+    assert pump.encode([event]) == [SSEFormat().native(event)]
+    assert not cache._items
+    cache.join("s1")
+    assert pump.encode([event]) == [SSEFormat().native(event)]
+    assert list(cache._items) == [("native", "s1", event.id)]
 
 
 async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:

@@ -50,13 +50,18 @@ class WireFormat(Protocol[T_co]):
 class FrameCache(Generic[T]):
     """Formatted encodings shared by the clients of one transport, by (dialect, session,
     event id): bounded by count (``size``) and by bytes (``max_bytes``), oldest out
-    first. ``users`` is the number of streams that may read it; with fewer than two there
-    is nobody to share with: it is bypassed, and emptied when a stream leaves it so."""
+    first. ``users`` is the number of streams that may read it, ``readers`` how many
+    of them read each session (:meth:`join`, :meth:`leave`). A session with fewer than
+    two readers has nobody to share with: its encodings are not stored (a gateway whose
+    clients each watch their own session stores nothing), and the cache is emptied when
+    fewer than two streams are left."""
 
     def __init__(self, size: int = 4096, max_bytes: int = 8 * 2**20) -> None:
         self.size = size
         self.max_bytes = max_bytes
         self.users = 0
+        #: Streams reading each session through this cache.
+        self.readers: dict[str | None, int] = {}
         #: The characters (or bytes) the encodings stored take.
         self.nbytes = 0
         self._items: dict[CacheKey, tuple[T, ...]] = {}
@@ -76,9 +81,20 @@ class FrameCache(Generic[T]):
             items[key] = value
             self.nbytes += size
 
-    def leave(self) -> None:
-        """A stream that used it ended: with fewer than two left, its encodings go."""
+    def join(self, session: str | None) -> None:
+        """A stream of ``session`` reads through it from now on."""
+        self.users += 1
+        self.readers[session] = self.readers.get(session, 0) + 1
+
+    def leave(self, session: str | None = None) -> None:
+        """A stream (of ``session``) that used it ended: with fewer than two left, its
+        encodings go."""
         self.users -= 1
+        left = self.readers.get(session, 0) - 1
+        if left > 0:
+            self.readers[session] = left
+        else:
+            self.readers.pop(session, None)
         if self.users < 2 and self._items:
             self._items.clear()
             self.nbytes = 0
@@ -124,8 +140,8 @@ class Pump(Generic[T]):
         encoder = self.encoder
         fmt = self.fmt
         cache = self.cache
-        if cache is not None and cache.users < 2:
-            cache = None  # nobody to share with: skip the bookkeeping
+        if cache is not None and cache.readers.get(self.subscription.session, 0) < 2:
+            cache = None  # nobody to share this session's events with: no bookkeeping
         native = fmt.native if self._native else None
         if cache is None and native is None:
             return [fmt.frame(f) for event in batch for f in encoder.encode(event)]

@@ -542,7 +542,7 @@ class _Connection:
 
     async def pump(self, session: str, pump: Pump[str], scope: anyio.CancelScope) -> None:
         cache = self.app._cache
-        cache.users += 1
+        cache.join(session)
         try:
             with scope:
                 async with aclosing(pump.chunks()) as chunks:
@@ -563,5 +563,5 @@ class _Connection:
             except _Gone:
                 pass
         finally:
-            cache.leave()
+            cache.leave(session)
             pump.subscription.close()
