@@ -34,6 +34,7 @@ NAMES = {"sse": "SSE", "ws": "WebSocket"}
 #: The figures of a run whose ratio (toolstream / hand-rolled) is reported.
 RATIOS = (
     "open_s",
+    "open_cpu_us_per_client",
     "open_second_half_s",
     "memory_per_client_kib",
     "idle_cpu_pct",
@@ -46,7 +47,7 @@ SHEET_END = "<!-- scale:end -->"
 
 
 def run_once(
-    kind: str, clients: int, rounds: int, idle: float, shutdown_wait: float = 5.0
+    kind: str, clients: int, rounds: int, idle: float, shutdown_wait: float = 10.0
 ) -> dict[str, Any]:
     """One server, one client process: the client's measurements. Raises if a client
     missed an event (the client process says which)."""
@@ -80,7 +81,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"events_per_client": events, "rounds": repeats, "rows": {}}
     for clients in sizes:
         idle = 0.5 if quick else (5.0 if clients < 10_000 else 10.0)
-        wait = 1.0 if quick else 5.0  # for the shutdown to end every stream
+        wait = 1.0 if quick else 10.0  # for the shutdown to end every stream
         for transport in TRANSPORTS:
             pair = (f"toolstream_{transport}", f"handrolled_{transport}")
             samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in pair}

@@ -157,13 +157,17 @@ async def publish_rounds(publish: Publish, clients: int, rounds: int) -> None:
         await asyncio.sleep(max(0.0, min(0.005, start + i / clients - time.time())))
 
 
+#: What :func:`log_collections` counts (its seconds, and objects promoted).
+GC_STATE: dict[str, float] = {"start": 0.0, "young": 0.0, "full": 0.0, "promoted": 0, "n": 0}
+
+
 def log_collections(path: str) -> None:
     """Append each full collection of the garbage collector to ``path`` (when, its
     seconds so far, the younger generations' seconds so far, and how many objects
     the younger collections moved to the oldest generation so far): for profiling."""
     import gc
 
-    state = {"start": 0.0, "young": 0.0, "full": 0.0, "promoted": 0, "n": 0}
+    state = GC_STATE
     counting = os.environ.get("GATEWAY_GC_PROMOTED") == "1"  # slow: lists every object
 
     def callback(phase: str, info: dict[str, int]) -> None:
@@ -194,7 +198,7 @@ def mark(what: str) -> None:
     log = os.environ.get("GATEWAY_GC_LOG")
     if log:
         with open(log, "a") as out:
-            out.write(f"{time.time():.3f} {what}\n")
+            out.write(f"{time.time():.3f} {what} {GC_STATE['promoted']}\n")
 
 
 async def main(kind: str, port: int, clients: int, rounds: int) -> None:
