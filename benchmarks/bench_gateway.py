@@ -171,38 +171,69 @@ def sheet(results: dict[str, Any], machine: dict[str, Any]) -> str:
     lines = [
         f"Measured {machine['date']} by `make bench` on {machine['platform']}, "
         f"{machine['cpus']} CPUs, {machine['implementation']} {machine['python']}, "
-        "uvicorn (h11), one server process, every figure beside a hand-rolled Starlette "
-        "server measured in the same run.",
+        "uvicorn (h11, websockets-sansio): one server process, one client process, one "
+        "session per client, every figure beside a hand-rolled Starlette server measured "
+        f"in the same run (medians of {results['rounds']} alternating rounds; *ratio*: "
+        "toolstream / hand-rolled, the median of the rounds' ratios).",
         "",
-        "| per gateway process | SSE toolstream | SSE hand-rolled "
-        "| WebSocket toolstream | WebSocket hand-rolled |",
-        "|---|---:|---:|---:|---:|",
+        "| per gateway process | SSE toolstream | SSE hand-rolled | SSE ratio "
+        "| WebSocket toolstream | WebSocket hand-rolled | WebSocket ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def cell(value: Any, fmt: str) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, float) and math.isnan(value):
+            return "n/a"
+        return format(value, fmt)
 
     def line(label: str, key: str, fmt: str, clients: int) -> None:
         cells = []
         for transport in TRANSPORTS:
             row = rows.get(f"{transport}_{clients}")
-            for side in ("toolstream", "handrolled"):
-                value = None if row is None else row.get(f"{side}_{key}")
-                cells.append("—" if value is None else format(value, fmt))
+            if row is None:
+                cells += ["—"] * 3
+                continue
+            ours, theirs = row.get(f"toolstream_{key}"), row.get(f"handrolled_{key}")
+            ratio = row.get(f"{key}_ratio")
+            if ratio is None and isinstance(ours, (int, float)) and theirs:
+                ratio = ours / theirs
+            cells += [cell(ours, fmt), cell(theirs, fmt), cell(ratio, ".2f") + "×"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    def shutdown(clients: int) -> None:
+        cells = []
+        for transport in TRANSPORTS:
+            row = rows.get(f"{transport}_{clients}")
+            for side in ("toolstream", "handrolled"):
+                value = None if row is None else row.get(f"{side}_shutdown_s")
+                cells.append("streams left open" if value is None else f"{value:.1f}")
+            cells.append("")
+        lines.append(
+            f"| {clients:,} clients: SIGTERM until every stream ended (s) | "
+            + " | ".join(cells)
+            + " |"
+        )
 
     sizes = sorted({row["clients"] for row in rows.values()})
     for clients in sizes:
-        n = f"{clients:,}"
-        line(f"{n} clients held: server memory (MiB)", "rss_held_mib", ",.0f", clients)
-        line(f"{n} clients: memory per client (KiB)", "memory_per_client_kib", ".1f", clients)
-        line(f"{n} clients: opening them all (s)", "open_s", ".2f", clients)
-        line(f"{n} clients: idle CPU (% of a core)", "idle_cpu_pct", ".2f", clients)
-        line(f"{n} clients at 1 event/s each: events/s delivered", "events_per_s", ",.0f", clients)
+        n = f"{clients:,} clients"
+        at = f"{n} at 1 event/s each"
+        line(f"{n} held: server memory (MiB)", "rss_held_mib", ",.0f", clients)
+        line(f"{n}: memory per client (KiB)", "memory_per_client_kib", ".1f", clients)
+        line(f"{n}: opening them all (s)", "open_s", ".2f", clients)
         line(
-            f"{n} clients at 1 event/s each: CPU per event (µs)", "cpu_us_per_event", ".0f", clients
+            f"{n}: server CPU per connection opened (µs)", "open_cpu_us_per_client", ".0f", clients
         )
-        line(f"{n} clients at 1 event/s each: CPU (% of a core)", "busy_cpu_pct", ".0f", clients)
-        line(f"{n} clients at 1 event/s each: p50 latency (ms)", "p50_ms", ".1f", clients)
-        line(f"{n} clients at 1 event/s each: p99 latency (ms)", "p99_ms", ".1f", clients)
-        line(f"{n} clients at 1 event/s each: on time (≤ 100 ms)", "on_time_pct", ".1f", clients)
+        line(f"{n} idle: CPU (% of a core)", "idle_cpu_pct", ".2f", clients)
+        line(f"{at}: events delivered per second", "events_per_s", ",.0f", clients)
+        line(f"{at}: server CPU per event (µs)", "cpu_us_per_event", ".0f", clients)
+        line(f"{at}: server CPU (% of a core)", "busy_cpu_pct", ".0f", clients)
+        line(f"{at}: p50 latency (ms)", "p50_ms", ".1f", clients)
+        line(f"{at}: p99 latency (ms)", "p99_ms", ".1f", clients)
+        line(f"{at}: on time (% within 100 ms)", "on_time_pct", ".1f", clients)
+        shutdown(clients)
     lines.append("")
     return "\n".join(lines)
 
