@@ -1,9 +1,10 @@
 """``python -m benchmarks`` (``make bench``): run every benchmark, write the report.
 
-Writes ``benchmarks/results.json`` and the generated part of ``docs/benchmarks.md``
-(between the ``<!-- results -->`` markers). ``--quick`` uses tiny sizes; ``--only
-bus,websocket`` runs those suites and keeps the others' last results (each suite's date
-is recorded).
+Writes ``benchmarks/results.json``, the generated part of ``docs/benchmarks.md``
+(between the ``<!-- results -->`` markers) and the scale sheet of ``docs/scaling.md``
+(between the ``<!-- scale -->`` markers, from the gateway suite). ``--quick`` uses tiny
+sizes; ``--only bus,websocket`` runs those suites and keeps the others' last results
+(each suite's date is recorded).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from benchmarks import (
     bench_callbacks,
     bench_chat,
     bench_chat_agents,
+    bench_gateway,
     bench_integrations,
     bench_memory,
     bench_misbehaving,
@@ -48,6 +50,7 @@ SUITES: list[tuple[str, Any]] = [
     ("sse", bench_sse),
     ("websocket", bench_ws),
     ("misbehaving", bench_misbehaving),
+    ("gateway", bench_gateway),
     ("redis", bench_redis),
     ("nats", bench_nats),
     ("postgres", bench_postgres),
@@ -133,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             doc.write_text(f"{head}{START}\n{text}{END}{tail}")
         else:
             print(f"{doc} has no {START} / {END} markers; not updated", file=sys.stderr)
+        if not args.quick and "gateway" in chosen:
+            scaling = ROOT / "docs" / "scaling.md"
+            if not bench_gateway.write_sheet(results["gateway"], env, scaling):
+                print(f"{scaling} has no scale markers; not updated", file=sys.stderr)
     return 0
 
 

@@ -187,3 +187,25 @@ def test_misbehaving_clients_benchmark_runs_and_reports() -> None:
     assert results["flood"]["none_event_p99_ms"] > 0
     report = bench_misbehaving.report(results)
     assert "Memory per stalled client" in report and "one flooder" in report
+
+
+def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> None:
+    """Both servers hold 200 raw clients each, every client gets every event (the run
+    fails otherwise), and the sheet is written between its markers."""
+    from benchmarks import bench_gateway
+    from benchmarks.__main__ import machine
+
+    results = bench_gateway.run(quick=True)
+    assert set(results["rows"]) == {"sse_200", "ws_200"}
+    for row in results["rows"].values():
+        for side in ("toolstream", "handrolled"):
+            assert row[f"{side}_delivered"] == 200 * results["events_per_client"]
+            assert row[f"{side}_p99_ms"] > 0 and row[f"{side}_open_s"] > 0
+        assert row["toolstream_shutdown_s"] is not None  # shutdown ended every stream
+    assert "hand-rolled" in bench_gateway.report(results)
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"before\n{bench_gateway.SHEET_START}\nold\n{bench_gateway.SHEET_END}\nafter\n")
+    assert bench_gateway.write_sheet(results, machine(), doc)
+    text = doc.read_text()
+    assert "old" not in text and text.startswith("before") and text.endswith("after\n")
+    assert "200 clients at 1 event/s each: p99 latency" in text

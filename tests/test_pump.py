@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 
 import toolstream as ts
 from toolstream import dialects
@@ -48,7 +49,8 @@ def test_a_partial_resume_never_changes_what_other_clients_get() -> None:
     for fmt in (SSEFormat(), WSFormat("s1")):
         for resuming_first in (True, False):
             cache: FrameCache[object] = FrameCache()
-            cache.users = 3
+            for _ in range(3):
+                cache.join("s1")
             skipping = Pump(
                 sub,
                 Encoder(dialects.get("native"), skip_event=event.id, skip=1),
@@ -75,7 +77,8 @@ def test_encodings_are_shared_per_session() -> None:
     one = ts.ToolStarted(id="e-5", session="a", ts=1.0, call_id="c", tool="secret_a")
     two = ts.ToolStarted(id="e-5", session="b", ts=1.0, call_id="c", tool="other_b")
     cache: FrameCache[object] = FrameCache()
-    cache.users = 2
+    cache.join("a")
+    cache.join("a")
     fmt = SSEFormat()
     a = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([one])
     b = Pump(sub, Encoder(dialects.get("native")), fmt, cache=cache).encode([two])
@@ -87,7 +90,8 @@ def test_stateful_dialects_are_never_shared() -> None:
     bus = ts.EventBus()
     sub = bus.subscribe(session="s1")
     cache: FrameCache[bytes] = FrameCache()
-    cache.users = 5
+    for _ in range(5):
+        cache.join("s1")
     pump = Pump(sub, Encoder(dialects.get("agui")), SSEFormat(), cache=cache)
     assert pump.cache is None
 
@@ -106,7 +110,8 @@ def test_the_inline_sharing_decision_is_encoder_shares() -> None:
     for skip_at in (None, 0, 3):
         skip = batch[skip_at].id if skip_at is not None else None
         cache: FrameCache[object] = FrameCache()
-        cache.users = 2
+        cache.join("s1")
+        cache.join("s1")
         plain = Encoder(dialects.get("native"), skip_event=skip, skip=1)
         expected = []
         for event in batch:
@@ -123,13 +128,104 @@ def test_shared_encodings_are_bounded_in_bytes_and_go_with_their_readers() -> No
     # count (4,096 events of 32 KB would be 128 MB), and dropped once fewer than two
     # streams read them: clients that left hold nothing through the cache.
     cache: FrameCache[bytes] = FrameCache(max_bytes=100_000)
-    cache.users = 3
+    for _ in range(3):
+        cache.join("s1")
     for i in range(50):
         cache.put(("native", "s1", f"e-{i}"), (b"x" * 10_000,))
     assert cache.nbytes <= 100_000
     assert sum(len(v[0]) for v in cache._items.values()) == cache.nbytes
     assert ("native", "s1", "e-49") in cache._items, "the newest stay"
-    cache.leave()
+    cache.leave("s1")
     assert cache._items, "two readers left: still shared"
-    cache.leave()
-    assert not cache._items and cache.nbytes == 0
+    cache.leave("s1")
+    assert not cache._items and cache.nbytes == 0 and cache.readers == {"s1": 1}
+
+
+def test_a_session_with_one_reader_stores_nothing_in_the_shared_cache() -> None:
+    # A gateway whose clients each watch their own session has nothing to share:
+    # storing each event's encoding there was a cost per event and two objects a time
+    # for the garbage collector. The session's second reader turns sharing on.
+    bus = ts.EventBus()
+    sub = bus.subscribe(session="s1")
+    event = bus.publish(ts.ToolStarted, session="s1", call_id="c", tool="t")
+    cache: FrameCache[bytes] = FrameCache()
+    cache.join("s1")
+    cache.join("s2")  # two streams in all, one per session
+    pump = Pump(sub, Encoder(dialects.get("native")), SSEFormat(), cache=cache)
+    assert pump.encode([event]) == [SSEFormat().native(event)]
+    assert not cache._items
+    cache.join("s1")
+    assert pump.encode([event]) == [SSEFormat().native(event)]
+    assert list(cache._items) == [("native", "s1", event.id)]
+
+
+async def test_a_heartbeat_comes_after_idle_seconds_and_loses_nothing() -> None:
+    """The heartbeat (asyncio: one timer per stream, nudging the subscription's wait;
+    trio: a cancel scope per wait): ``None`` after ``heartbeat`` idle seconds, every
+    event delivered however the beats and the events interleave, and an idle stream's
+    beats leave no registrations behind in its log."""
+    import anyio
+
+    bus = ts.EventBus()
+    call = ts.Tracker(bus, "s1").create("t")
+    sub = bus.subscribe(session="s1", snapshot=True)
+    pump: Pump[bytes] = Pump(sub, Encoder(dialects.get("native")), SSEFormat())
+    got: list[bytes | None] = []
+
+    async def read() -> None:
+        async with aclosing(pump.chunks(0.05)) as chunks:
+            async for chunk in chunks:
+                got.extend([None] if chunk is None else chunk)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(0.3)  # idle: beats
+            assert 2 <= got.count(None) <= 7, got  # every 0.05 s (a loaded machine: fewer)
+            log = sub._log
+            assert log is not None and len(log.waiters) <= 1  # no stale registrations
+            for i in range(40):  # events around the beats
+                call.progress(message=f"m{i}")
+                await anyio.sleep(0.007)
+            await anyio.sleep(0.1)
+            sub.close()
+    sent = [frame for frame in got if frame is not None]
+    messages = [json.loads(f.split(b"data: ", 1)[1]) for f in sent]
+    progress = [m["message"] for m in messages if m["type"] == "tool.progress"]
+    assert progress == [f"m{i}" for i in range(40)]
+    assert log is not None and not log.waiters
+
+
+async def test_a_nudge_ends_a_wait_or_skips_the_next_but_never_hides_events() -> None:
+    """``Subscription._nudge``: ``batches()`` hands out [] instead of waiting — the
+    wait under way ends, or the next one does not begin — and events already there
+    come first."""
+    import anyio
+
+    bus = ts.EventBus()
+    call = ts.Tracker(bus, "s1").create("t")
+    call.start()
+    sub = bus.subscribe(session="s1")
+    batches = sub.batches()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            got: list[list[ts.Event]] = []
+
+            async def one() -> None:
+                got.append(await batches.__anext__())
+
+            tg.start_soon(one)
+            await anyio.sleep(0.05)  # waiting now
+            sub._nudge()
+        assert got == [[]]
+        sub._nudge()  # not waiting: the next wait does not begin
+        assert await batches.__anext__() == []
+        call.progress(message="x")
+        sub._nudge()  # an event is there: it comes first, then the nudge
+        assert [e.type for e in await batches.__anext__()] == ["tool.progress"]
+        assert await batches.__anext__() == []
+        log = sub._log
+        assert log is not None and not log.waiters
+        call.progress(message="y")  # and waiting works as before
+        assert [e.type for e in await batches.__anext__()] == ["tool.progress"]
+    sub.close()

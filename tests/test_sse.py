@@ -437,10 +437,52 @@ async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None
     assert sent[-1]["body"].startswith(b": too slow"), sent[-1]
 
 
+async def test_a_write_under_way_is_filed_with_the_watch_while_it_lasts() -> None:
+    # The watch looks at the writes under way alone: a write that waits is filed with
+    # it (and ends at its deadline, above); once it returns it is not looked at again.
+    from toolstream import _serving
+
+    bus = ts.EventBus()
+    app = SSEApp(bus, write_timeout=30)
+    sent: list[Any] = []
+    release = anyio.Event()
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if len(sent) == 3:  # the head and the reset went out; the next write waits
+            await release.wait()
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    scope["query_string"] = b"session=s1"
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await eventually(lambda: len(sent) == 2)
+            (watch,) = _serving._WATCHES.values()
+            assert not watch.writing
+            ts.Tracker(bus, "s1").create("t")
+            await eventually(lambda: len(sent) == 3)
+            assert len(watch.writing) == 1
+            (deadline,) = watch.writing
+            left = deadline.left()
+            assert left is not None and left > 29
+            release.set()
+            await eventually(lambda: not watch.writing)
+            app.shutdown()
+        await eventually(lambda: not _serving._WATCHES)
+    assert app.open_streams == 0
+
+
 async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
     # 10,000 idle clients once cost a core: each stream's own watch woke four times a
     # second to look for a server exit. One watch per event loop now looks at them all,
-    # and only while there are some.
+    # and only while there are some; it looks at the writes under way alone, so an
+    # idle stream is not even looked at (10,000 looked at four times a second cost a
+    # tenth of a core).
     from toolstream import _serving
 
     bus = ts.EventBus()
@@ -472,6 +514,7 @@ async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
             await eventually(lambda: app.open_streams == 200 and heads == 200)
             watches = list(_serving._WATCHES.values())
             assert len(watches) == 1 and len(watches[0].entries) == 200
+            assert not watches[0].writing  # idle: nothing under way, nothing to look at
             app.shutdown()
         await eventually(lambda: not _serving._WATCHES)
     assert app.open_streams == 0

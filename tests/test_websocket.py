@@ -830,3 +830,44 @@ async def test_a_socket_whose_writes_never_return_is_closed_at_the_deadline() ->
             ts.Tracker(bus, "s1").create("t").complete("r")
     assert bus.subscriber_count() == 0 and app.open_sockets == 0
     assert sent[-1]["type"] == "websocket.close" and sent[-1]["code"] == 4408, sent[-1]
+
+
+async def test_a_sockets_writers_take_turns_and_a_cancelled_one_passes_its_turn_on() -> None:
+    # A socket's writers (its pumps, its keepalive, the answers to its messages) take
+    # turns without anyio.Lock's per-acquisition cost: each writes its messages
+    # together, nobody is lost when a waiting writer is cancelled, the turn is free at
+    # the end.
+    import anyio
+
+    from toolstream.websocket._app import _Turns
+
+    turns = _Turns()
+    written: list[tuple[int, int]] = []
+
+    async def writer(k: int) -> None:
+        if turns.busy:
+            await turns.wait()
+        turns.busy = True
+        try:
+            for part in range(3):
+                written.append((k, part))
+                await anyio.sleep(0.001)  # a write that waits (flow control)
+        finally:
+            turns.release()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for k in range(5):
+                tg.start_soon(writer, k)
+            await anyio.sleep(0.0005)  # they are writing, or waiting for their turn
+            with anyio.CancelScope() as doomed:
+                doomed.deadline = anyio.current_time() + 0.002  # cancelled while it waits
+                await writer(99)
+            assert doomed.cancelled_caught
+            for k in range(5, 8):
+                tg.start_soon(writer, k)
+    assert sorted({k for k, _ in written}) == list(range(8)), "99 never had its turn"
+    for i in range(0, len(written), 3):  # each writer's messages together, in order
+        assert [p for _, p in written[i : i + 3]] == [0, 1, 2]
+        assert len({k for k, _ in written[i : i + 3]}) == 1
+    assert not turns.busy and not turns.waiting

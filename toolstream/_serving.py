@@ -105,10 +105,12 @@ class WriteDeadline:
     A server's ``send`` waits while the connection's buffers are full (its flow
     control): to a client that stopped reading, for ever, holding whatever waits to be
     written and whatever is queued behind it. The watch runs in its own task, so it
-    does not depend on the writer; ``expired`` is True once it ended the stream.
+    does not depend on the writer; ``expired`` is True once it ended the stream. A
+    write under way is filed with the watch (``writing``) while it lasts, so the watch
+    looks at those alone, not at every stream it watches.
     """
 
-    __slots__ = ("_send", "expired", "since", "timeout")
+    __slots__ = ("_send", "expired", "since", "timeout", "writing")
 
     def __init__(self, send: Send, timeout: float) -> None:
         self._send = send
@@ -116,13 +118,20 @@ class WriteDeadline:
         #: When the write under way began (``time.monotonic()``), or None.
         self.since: float | None = None
         self.expired = False
+        #: Where a write under way is filed (set by :func:`watched`), or None.
+        self.writing: dict[WriteDeadline, None] | None = None
 
     async def __call__(self, message: MutableMapping[str, Any]) -> None:
         self.since = time.monotonic()
+        writing = self.writing
+        if writing is not None:
+            writing[self] = None
         try:
             await self._send(message)
         finally:
             self.since = None
+            if writing is not None:
+                writing.pop(self, None)
 
     def left(self) -> float | None:
         """Seconds until the write under way is overdue (<= 0: it is), or None."""
@@ -508,12 +517,18 @@ class _Watch:
     """The one watch of an event loop: every :data:`WATCH_INTERVAL` (sooner when a
     write under way is due), it ends every registered stream if the server is exiting,
     and each stream whose write has been under way past its deadline. One task for all
-    of a loop's streams — an idle stream costs nothing — which runs only while some are
-    registered."""
+    of a loop's streams, which runs only while some are registered, and looks only at
+    the writes under way (``writing``): an idle stream costs nothing, not even a look
+    (10,000 idle streams looked at four times a second took a tenth of a core)."""
 
     def __init__(self, key: object) -> None:
         self.key = key
+        #: Every stream watched (its cancel scope), with its write deadline if any.
         self.entries: dict[anyio.CancelScope, WriteDeadline | None] = {}
+        #: The writes under way now (filed by their :class:`WriteDeadline`).
+        self.writing: dict[WriteDeadline, None] = {}
+        #: The stream of each write deadline.
+        self.scopes: dict[WriteDeadline, anyio.CancelScope] = {}
         self.running = False
 
     def start(self) -> None:
@@ -543,19 +558,24 @@ class _Watch:
 
     def look(self) -> float:
         """End what is due; how long until the next look."""
-        exiting = server_exiting()
+        if server_exiting():
+            for scope in list(self.entries):
+                scope.cancel()
+            return WATCH_INTERVAL
         wait = WATCH_INTERVAL
+        if not self.writing:
+            return wait
         now = time.monotonic()
-        for scope, deadline in list(self.entries.items()):
-            if exiting:
-                scope.cancel()
+        for deadline in list(self.writing):
+            since = deadline.since
+            if since is None:
                 continue
-            if deadline is None or deadline.since is None:
-                continue
-            left = deadline.since + deadline.timeout - now
+            left = since + deadline.timeout - now
             if left <= 0:
-                deadline.expired = True
-                scope.cancel()
+                stream = self.scopes.get(deadline)
+                if stream is not None:
+                    deadline.expired = True
+                    stream.cancel()
             else:
                 wait = min(wait, left)
         return wait
@@ -584,12 +604,21 @@ def watched(scope: anyio.CancelScope, deadline: WriteDeadline | None = None) -> 
     if watch is None:
         watch = _WATCHES[key] = _Watch(key)
     watch.entries[scope] = deadline
+    if deadline is not None:
+        watch.scopes[deadline] = scope
+        deadline.writing = watch.writing
+        if deadline.since is not None:  # a write already under way
+            watch.writing[deadline] = None
     if not watch.running:
         watch.start()
     try:
         yield
     finally:
         watch.entries.pop(scope, None)
+        if deadline is not None:
+            watch.scopes.pop(deadline, None)
+            watch.writing.pop(deadline, None)
+            deadline.writing = None
 
 
 # -- small HTTP responses (the SSE app's and the chat app's) ---------------------------------

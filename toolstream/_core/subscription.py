@@ -291,6 +291,7 @@ class Subscription(Generic[E_co]):
         "_last_id",
         "_limit",
         "_log",
+        "_nudged",
         "_pending",
         "_replay_end",
         "_tree",
@@ -352,6 +353,7 @@ class Subscription(Generic[E_co]):
         self._backend: str | None = None
         self._waiter: Waiter | None = None  # the newest registration
         self._crowded = False  # awaited by several tasks at once, ever
+        self._nudged = False  # batches() hands out [] instead of waiting (see _nudge)
 
     def __repr__(self) -> str:
         return (
@@ -635,17 +637,35 @@ class Subscription(Generic[E_co]):
             waiter = self._waiter  # registered by _take, if it found nothing new
             if waiter is None:
                 continue  # what it took was all filtered out: look again
-            try:
-                await waiting(waiter)
-            except BaseException:  # cancelled: nobody is waiting any more
-                self._discard(waiter)
-                raise
-            finally:
+            if not (hand_out and self._nudged):
+                try:
+                    await waiting(waiter)
+                except BaseException:  # cancelled: nobody is waiting any more
+                    self._discard(waiter)
+                    raise
+                finally:
+                    self._waiter = None
+                waited = True
+            if hand_out and self._nudged:
+                # Nudged (a pump's heartbeat): nothing instead of a wait. Its
+                # registration may still be in the log: nobody published.
+                self._nudged = False
                 self._waiter = None
-            waited = True
+                self._discard(waiter)
+                return _EMPTY
         if hand_out:
             raise StopAsyncIteration
         return False
+
+    def _nudge(self) -> None:
+        """Make ``batches()`` hand out an empty list instead of waiting: the wait under
+        way ends now, or else the next one does not begin. Call it in the consumer's
+        own event loop. For a pump's heartbeat, timed without a cancel scope per wait
+        (see :meth:`toolstream.dialects._pump.Pump.chunks`)."""
+        self._nudged = True
+        waiter = self._waiter
+        if waiter is not None:  # waiting now (it is set only while it waits)
+            wake_all((waiter,))
 
     def _hand_out(self) -> list[Any]:
         """The buffer's events not handed out yet, as a list the caller owns."""

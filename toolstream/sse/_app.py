@@ -284,7 +284,8 @@ class SSEApp:
         await serving.send_json(send, outcome.status, outcome.body)
 
     async def _serve(self, pump: Pump[bytes], receive: serving.Receive, send: serving.Send) -> None:
-        self._cache.users += 1
+        session = pump.subscription.session
+        self._cache.join(session)
         try:
             await serving.event_stream(
                 self._streams,
@@ -294,7 +295,7 @@ class SSEApp:
                 write_timeout=self.write_timeout,
             )
         finally:
-            self._cache.leave()
+            self._cache.leave(session)
             pump.subscription.close()  # released at once, whatever ended the stream
 
     async def _pump(self, pump: Pump[bytes], send: serving.Send) -> None:

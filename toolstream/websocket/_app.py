@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable, MutableMapping
 from contextlib import aclosing
 from typing import Any
@@ -285,6 +286,45 @@ class _Inbound:
         return True
 
 
+class _Turns:
+    """The socket's writers take turns: a flag while nobody else writes (the usual case,
+    no await at all), a queue of events to wait in otherwise. ``anyio.Lock`` even with
+    ``fast_acquire`` looks up the current task and its cancellation on every
+    acquisition: a tenth of what an event cost a WebSocket at 10,000 sockets."""
+
+    __slots__ = ("busy", "waiting")
+
+    def __init__(self) -> None:
+        #: True while a writer holds its turn.
+        self.busy = False
+        self.waiting: deque[anyio.Event] = deque()
+
+    def locked(self) -> bool:
+        return self.busy
+
+    async def wait(self) -> None:
+        """Wait until the turn is this caller's (``busy`` is then False: take it)."""
+        while self.busy:
+            turn = anyio.Event()
+            self.waiting.append(turn)
+            try:
+                await turn.wait()
+            except BaseException:
+                if turn.is_set():  # handed the turn while being cancelled: pass it on
+                    self._next()
+                else:
+                    self.waiting.remove(turn)
+                raise
+
+    def release(self) -> None:
+        self.busy = False
+        self._next()
+
+    def _next(self) -> None:
+        if self.waiting:
+            self.waiting.popleft().set()
+
+
 class _Connection:
     """One socket: its subscriptions, its reader, its keepalive."""
 
@@ -306,8 +346,8 @@ class _Connection:
         # Every write goes through it: a write that does not complete in time closes
         # the socket (4408), watched from outside the writer (see run()).
         self._send = serving.WriteDeadline(send, app.write_timeout)
-        # Uncontended (the usual case) it is taken without a trip through the loop.
-        self.lock = anyio.Lock(fast_acquire=True)
+        # Writes in order, one sender at a time (see _Turns).
+        self.lock = _Turns()
         self.subs: dict[str, anyio.CancelScope] = {}
         self.last_heard = time.monotonic()
         self.close_code: int | None = None
@@ -328,15 +368,20 @@ class _Connection:
         if self.batch and len(texts) > 1:
             texts = _batched(texts)
         send = self._send
-        async with self.lock:
-            try:
-                for text in texts:
-                    await send({"type": "websocket.send", "text": text})
-            except Exception as exc:  # servers differ: OSError, ClientDisconnected...
-                logger.debug("a WebSocket client went away while being sent to: %r", exc)
-                self.disconnected = True
-                self.scope.cancel()
-                raise _Gone from None
+        lock = self.lock
+        if lock.busy:
+            await lock.wait()
+        lock.busy = True
+        try:
+            for text in texts:
+                await send({"type": "websocket.send", "text": text})
+        except Exception as exc:  # servers differ: OSError, ClientDisconnected...
+            logger.debug("a WebSocket client went away while being sent to: %r", exc)
+            self.disconnected = True
+            self.scope.cancel()
+            raise _Gone from None
+        finally:
+            lock.release()
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.send_text(dumps(message))
@@ -542,7 +587,7 @@ class _Connection:
 
     async def pump(self, session: str, pump: Pump[str], scope: anyio.CancelScope) -> None:
         cache = self.app._cache
-        cache.users += 1
+        cache.join(session)
         try:
             with scope:
                 async with aclosing(pump.chunks()) as chunks:
@@ -563,5 +608,5 @@ class _Connection:
             except _Gone:
                 pass
         finally:
-            cache.leave()
+            cache.leave(session)
             pump.subscription.close()
