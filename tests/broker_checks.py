@@ -1,4 +1,5 @@
-"""What every broker-backed bus (BrokerBus over MemoryBroker, RedisBus, NatsBus) must also
+"""What every broker-backed bus (BrokerBus over MemoryBroker, RedisBus, NatsBus,
+PostgresBus) must also
 do, beyond the conformance suite: checks that need several processes' buses on one
 broker, or a broker that misbehaves on purpose. Each takes ``make(**options)``, a bus on
 the test's broker (a fresh namespace unless ``prefix`` is given: buses made with one
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -488,3 +491,119 @@ async def braces_and_hash_tags_in_names_stay_in_their_session(make: MakeBus) -> 
             assert [(c.call_id, c.state.value) for c in snap.calls] == [(f"c{name}", "denied")]
     finally:
         await bus.aclose()
+
+
+# -- writing: outages, retries, other writers ------------------------------------------------
+
+
+async def outage_keeps_the_agent_running_and_loses_nothing(make: MakeBus, server: Server) -> None:
+    """The broker goes away mid-session: publishing never waits, events wait in the
+    outbox, and once the broker is back every event is written exactly once, in order."""
+    bus = make()
+    try:
+        await bus.start()
+        async with bus.subscribe(session="s", snapshot=True) as sub:
+            published = [bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")]
+            await bus.flush(timeout=5)
+            server.stop()
+            started = time.monotonic()
+            for i in range(200):
+                published.append(
+                    bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
+                )
+            assert time.monotonic() - started < 1, "publishing never waits for the broker"
+            with anyio.fail_after(10):
+                while bus.stats.flush_errors == 0:  # noqa: ASYNC110 - a counter
+                    await anyio.sleep(0.01)
+            assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
+            server.start()
+            await bus.flush(timeout=15)
+            got = await take(sub, 202, within=20)
+            assert isinstance(got[0], ts.StreamReset)
+            assert [e.id for e in got[1:]] == [e.id for e in published], "exactly once, in order"
+            assert bus.stats.dropped == 0
+    finally:
+        await bus.aclose()
+
+
+async def a_batch_whose_reply_was_lost_is_not_written_twice(make: MakeBus) -> None:
+    """The broker wrote a batch and its reply was lost (the connection dropped): the
+    outbox writes the batch again, and the driver recognises every event of it."""
+    bus = make()
+    try:
+        await bus.start()
+        first = bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+        await bus.flush(timeout=5)
+        retryable = bus.broker.retryable
+        lost: list[bool] = []
+
+        def reply_lost(result: Any) -> None:
+            if not lost:
+                lost.append(True)
+                raise retryable[0]("the reply was lost")
+
+        with hooks(bus).after("append", reply_lost):
+            events = [
+                bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                for i in range(5)
+            ]
+            await bus.flush(timeout=10)
+        assert lost and bus.stats.flush_errors >= 1
+        assert bus.stats.duplicates == 5, bus.stats
+        async with bus.resume(session="s", after=first.id) as sub:
+            got = await take(sub, 5)
+            assert [e.id for e in got] == [e.id for e in events]
+            with anyio.move_on_after(0.3):
+                raise AssertionError(f"written twice: {await take(sub, 1)}")
+    finally:
+        await bus.aclose()
+
+
+async def a_writer_behind_another_is_renumbered_not_lost(make: MakeBus) -> None:
+    """Another process wrote the session under later ids (a clock ahead, or a sequence
+    ahead): this writer's events still get in, in order, under later ids, and what it
+    publishes next comes after them."""
+    prefix = _prefix()
+    ahead = make(prefix=prefix, clock=lambda: 4_000_000_000.0)
+    behind = make(prefix=prefix)
+    try:
+        async with behind.subscribe(session="s", snapshot=True) as sub:
+            a = ahead.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
+            await ahead.flush(timeout=5)
+            behind.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
+            await behind.flush(timeout=5)
+            got = await take(sub, 3)
+        assert [e.call_id for e in got[1:]] == ["a", "b"]
+        assert got[1].id == a.id
+        assert behind.compare(got[2].id, a.id) == 1
+        assert behind.stats.renumbered == 1
+        c = behind.publish(ts.ToolCompleted, session="s", call_id="b", tool="t")
+        assert behind.compare(c.id, got[2].id) == 1, "later ids after a renumbering"
+    finally:
+        await ahead.aclose()
+        await behind.aclose()
+
+
+async def two_writers_on_one_session_lose_nothing(make: MakeBus) -> None:
+    """Two processes write the same session at once: every event gets in, in each
+    writer's order; a subscriber sees strictly increasing final ids."""
+    prefix = _prefix()
+    one = make(prefix=prefix)
+    two = make(prefix=prefix)
+    try:
+        async with one.subscribe(session="s", snapshot=True) as sub:
+            for i in range(100):
+                one.publish(ts.ToolProgress, session="s", call_id="one", tool="t", current=i)
+                two.publish(ts.ToolProgress, session="s", call_id="two", tool="t", current=i)
+            await one.flush(timeout=10)
+            await two.flush(timeout=10)
+            got = (await take(sub, 201))[1:]
+        for writer in ("one", "two"):
+            assert [getattr(e, "current", None) for e in got if e.call_id == writer] == list(
+                range(100)
+            )
+        ids = [e.id for e in got]
+        assert all(one.compare(x, y) == -1 for x, y in itertools.pairwise(ids))
+    finally:
+        await one.aclose()
+        await two.aclose()

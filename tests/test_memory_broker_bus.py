@@ -124,3 +124,19 @@ async def test_names_past_the_bound_never_reach_the_broker(server: MemoryServer)
 
 async def test_braces_and_hash_tags_in_names_stay_in_their_session(server: MemoryServer) -> None:
     await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(server.make)
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(server: MemoryServer) -> None:
+    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(server.make, server)
+
+
+async def test_a_batch_whose_reply_was_lost_is_not_written_twice(server: MemoryServer) -> None:
+    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(server.make)
+
+
+async def test_a_writer_behind_another_is_renumbered_not_lost(server: MemoryServer) -> None:
+    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(server.make)
+
+
+async def test_two_writers_on_one_session_lose_nothing(server: MemoryServer) -> None:
+    await broker_checks.two_writers_on_one_session_lose_nothing(server.make)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
@@ -191,34 +190,6 @@ async def test_session_names_never_cross(nats_server: NatsServer) -> None:
             await sub.aclose()
 
 
-async def test_outage_keeps_the_agent_running_and_loses_nothing(own_nats: NatsServer) -> None:
-    bus = make_bus(own_nats)
-    try:
-        await bus.start()
-        async with bus.subscribe(session="s", snapshot=True) as sub:
-            published = [bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")]
-            await bus.flush(timeout=5)
-            own_nats.stop()
-            started = time.monotonic()
-            for i in range(200):
-                published.append(
-                    bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
-                )
-            assert time.monotonic() - started < 1, "publishing never waits for NATS"
-            with anyio.fail_after(10):
-                while bus.stats.flush_errors == 0:  # noqa: ASYNC110 - a counter
-                    await anyio.sleep(0.01)
-            assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
-            own_nats.start()
-            await bus.flush(timeout=15)
-            got = await take(sub, 202, within=20)
-            assert isinstance(got[0], ts.StreamReset)
-            assert [e.id for e in got[1:]] == [e.id for e in published], "exactly once, in order"
-            assert bus.stats.dropped == 0
-    finally:
-        await bus.aclose()
-
-
 async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> None:
     """An acknowledgement can be lost after JetStream stored the message: writing the
     same batch again finds each message at the sequence it asked for and writes nothing
@@ -272,31 +243,6 @@ async def test_one_writer_interleaving_sessions_keeps_the_ids_it_returned(
         assert bus.stats.renumbered == 0
     finally:
         await bus.aclose()
-
-
-async def test_another_writer_ahead_gets_renumbered_not_lost(nats_server: NatsServer) -> None:
-    """Two processes write the same session at once: every event gets in, in each
-    writer's order; a subscriber sees strictly increasing final ids."""
-    one = make_bus(nats_server)
-    two = make_bus(nats_server, prefix=one.prefix)
-    try:
-        async with one.subscribe(session="s", snapshot=True) as sub:
-            for i in range(100):
-                one.publish(ts.ToolProgress, session="s", call_id="one", tool="t", current=i)
-                two.publish(ts.ToolProgress, session="s", call_id="two", tool="t", current=i)
-            await one.flush(timeout=10)
-            await two.flush(timeout=10)
-            got = (await take(sub, 201))[1:]
-        for writer in ("one", "two"):
-            assert [getattr(e, "current", None) for e in got if e.call_id == writer] == list(
-                range(100)
-            )
-        seqs = [int(e.id.rpartition("-")[2]) for e in got]
-        assert seqs == sorted(set(seqs))
-        assert one.stats.renumbered + two.stats.renumbered > 0
-    finally:
-        await one.aclose()
-        await two.aclose()
 
 
 async def test_a_live_subscription_starts_after_what_other_processes_published(
@@ -727,3 +673,27 @@ def test_a_cluster_whose_server_does_not_serialize_swaps_is_warned_about(
         nc = SimpleNamespace(_server_info={"version": version, "cluster": cluster})
         _connection.warn_unserialized_cas(nc)  # type: ignore[arg-type]
         assert ("nats-io/nats-server#4320" in caplog.text) is warned, version
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(own_nats: NatsServer) -> None:
+    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(
+        partial(make_bus, own_nats), own_nats
+    )
+
+
+async def test_a_batch_whose_reply_was_lost_is_not_written_twice(
+    nats_server: NatsServer,
+) -> None:
+    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(
+        partial(make_hooked_bus, nats_server)
+    )
+
+
+async def test_a_writer_behind_another_is_renumbered_not_lost(nats_server: NatsServer) -> None:
+    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(
+        partial(make_bus, nats_server)
+    )
+
+
+async def test_two_writers_on_one_session_lose_nothing(nats_server: NatsServer) -> None:
+    await broker_checks.two_writers_on_one_session_lose_nothing(partial(make_bus, nats_server))

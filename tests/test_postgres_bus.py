@@ -4,7 +4,6 @@ kept by time, the epoch kept across restarts, few connections for many readers).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -186,75 +185,6 @@ async def test_tracker_and_sse_stack_run_unchanged(postgres_server: PostgresServ
     finally:
         await writer.aclose()
         await reader.aclose()
-
-
-async def test_outage_keeps_the_agent_running_and_loses_nothing(
-    own_postgres: PostgresServer,
-) -> None:
-    bus = make_bus(own_postgres)
-    try:
-        await bus.start()
-        first = bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")
-        await bus.flush(timeout=5)
-        own_postgres.stop()
-        published: list[ts.Event] = [first]
-        started = time.monotonic()
-        for i in range(200):
-            published.append(
-                bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
-            )
-        assert time.monotonic() - started < 1, "publishing never waits for PostgreSQL"
-        await eventually(lambda: bus.stats.flush_errors > 0, within=10)
-        assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
-        own_postgres.start()
-        await bus.flush(timeout=10)
-        ids = [f"{bus.epoch}-{seq}" for seq, _ in stored(own_postgres, bus.prefix, "s")]
-        assert ids == [e.id for e in published], "every event exactly once, in order"
-        assert bus.stats.dropped == 0
-    finally:
-        await bus.aclose()
-
-
-async def test_a_retried_batch_is_not_written_twice(postgres_server: PostgresServer) -> None:
-    """The reply to a write can be lost after PostgreSQL committed it: writing the same
-    batch again must not duplicate anything (and the producer learns it was one)."""
-    bus = make_bus(postgres_server)
-    try:
-        events = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(5)
-        ]
-        await bus.flush(timeout=5)
-        await bus._write(events)  # the retry of a batch whose reply was lost
-        await bus._write(events[2:])
-        assert len(stored(postgres_server, bus.prefix, "s")) == 5
-        assert bus.stats.duplicates == 8
-        assert bus.stats.flushed == 5
-    finally:
-        await bus.aclose()
-
-
-async def test_another_writer_ahead_gets_renumbered_not_lost(
-    postgres_server: PostgresServer,
-) -> None:
-    ahead = make_bus(postgres_server, clock=lambda: 4_000_000_000.0)
-    behind = make_bus(postgres_server, prefix=ahead.prefix)
-    try:
-        async with behind.subscribe(session="s", snapshot=True) as sub:
-            a = ahead.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
-            await ahead.flush(timeout=5)
-            behind.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
-            await behind.flush(timeout=5)
-            got = await take(sub, 3)
-        assert [e.call_id for e in got[1:]] == ["a", "b"]
-        assert got[1].id == a.id
-        assert behind.compare(got[2].id, a.id) == 1
-        assert behind.stats.renumbered == 1
-        c = behind.publish(ts.ToolCompleted, session="s", call_id="b", tool="t")
-        assert behind.compare(c.id, got[2].id) == 1, "later ids after a renumbering"
-    finally:
-        await ahead.aclose()
-        await behind.aclose()
 
 
 async def test_subscription_survives_a_postgres_restart(own_postgres: PostgresServer) -> None:
@@ -500,3 +430,31 @@ async def test_odd_names_stay_in_their_session(postgres_server: PostgresServer) 
     await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
         partial(make_bus, postgres_server)
     )
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(
+    own_postgres: PostgresServer,
+) -> None:
+    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(
+        partial(make_bus, own_postgres), own_postgres
+    )
+
+
+async def test_a_batch_whose_reply_was_lost_is_not_written_twice(
+    postgres_server: PostgresServer,
+) -> None:
+    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(
+        partial(make_hooked_bus, postgres_server)
+    )
+
+
+async def test_a_writer_behind_another_is_renumbered_not_lost(
+    postgres_server: PostgresServer,
+) -> None:
+    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(
+        partial(make_bus, postgres_server)
+    )
+
+
+async def test_two_writers_on_one_session_lose_nothing(postgres_server: PostgresServer) -> None:
+    await broker_checks.two_writers_on_one_session_lose_nothing(partial(make_bus, postgres_server))

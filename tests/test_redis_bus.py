@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
@@ -157,84 +156,6 @@ async def test_tracker_and_sse_stack_run_unchanged(redis_server: RedisServer) ->
     finally:
         await writer.aclose()
         await reader.aclose()
-
-
-async def test_outage_keeps_the_agent_running_and_loses_nothing(own_redis: RedisServer) -> None:
-    bus = make_bus(own_redis)
-    r = raw(own_redis)
-    try:
-        await bus.start()
-        first = bus.publish(ts.ToolStarted, session="s", call_id="c0", tool="t")
-        await bus.flush(timeout=5)
-        own_redis.stop()
-        published: list[ts.Event] = [first]
-        started = time.monotonic()
-        for i in range(200):
-            published.append(
-                bus.publish(ts.ToolProgress, session="s", call_id="c0", tool="t", current=i)
-            )
-        assert time.monotonic() - started < 1, "publishing never waits for Redis"
-        with anyio.fail_after(10):
-            while bus.stats.flush_errors == 0:  # noqa: ASYNC110 - a counter, no event to await
-                await anyio.sleep(0.01)
-        assert bus.stats.outbox >= 200, "nothing was written, nothing was dropped"
-        own_redis.start()
-        await bus.flush(timeout=10)
-        entries: list[tuple[str, Any]] = cast(Any, r.xrange(f"{{{bus.prefix}:s}}:s"))
-        ids = [
-            f"{bus.epoch}-{int(e.split('-')[0]) * 1_000_000 + int(e.split('-')[1])}"
-            for e, _ in entries
-        ]
-        assert ids == [e.id for e in published], "every event exactly once, in order"
-        assert bus.stats.flush_errors > 0
-        assert bus.stats.dropped == 0
-    finally:
-        await bus.aclose()
-        r.close()
-
-
-async def test_a_retried_batch_is_not_written_twice(redis_server: RedisServer) -> None:
-    """The reply to a write can be lost after Redis applied it: writing the same batch
-    again must not duplicate anything (and the producer learns it was a duplicate)."""
-    bus = make_bus(redis_server)
-    r = raw(redis_server)
-    try:
-        events = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(5)
-        ]
-        await bus.flush(timeout=5)
-        await bus._write(events)  # the retry of a batch whose reply was lost
-        await bus._write(events[2:])
-        assert r.xlen(f"{{{bus.prefix}:s}}:s") == 5
-        assert bus.stats.duplicates == 8
-        assert bus.stats.flushed == 5
-    finally:
-        await bus.aclose()
-        r.close()
-
-
-async def test_another_writer_ahead_gets_renumbered_not_lost(redis_server: RedisServer) -> None:
-    """A writer whose clock is behind the stream's newest entry (another process wrote
-    with a later clock) still gets its events in, in order, under later ids."""
-    ahead = make_bus(redis_server, clock=lambda: 4_000_000_000.0)
-    behind = RedisBus(redis_server.url, prefix=ahead.prefix)
-    try:
-        async with behind.subscribe(session="s", snapshot=True) as sub:
-            a = ahead.publish(ts.ToolStarted, session="s", call_id="a", tool="t")
-            await ahead.flush(timeout=5)
-            behind.publish(ts.ToolStarted, session="s", call_id="b", tool="t")
-            await behind.flush(timeout=5)
-            got = await take(sub, 3)
-        assert [e.call_id for e in got[1:]] == ["a", "b"]
-        assert got[1].id == a.id
-        assert behind.compare(got[2].id, a.id) == 1
-        assert behind.stats.renumbered == 1
-        c = behind.publish(ts.ToolCompleted, session="s", call_id="b", tool="t")
-        assert behind.compare(c.id, got[2].id) == 1, "later ids after a renumbering"
-    finally:
-        await ahead.aclose()
-        await behind.aclose()
 
 
 async def test_subscription_survives_a_redis_restart(own_redis: RedisServer) -> None:
@@ -470,3 +391,27 @@ async def test_braces_in_names_stay_in_their_session(redis_server: RedisServer) 
     await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
         partial(make_bus, redis_server)
     )
+
+
+async def test_outage_keeps_the_agent_running_and_loses_nothing(own_redis: RedisServer) -> None:
+    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(
+        partial(make_bus, own_redis), own_redis
+    )
+
+
+async def test_a_batch_whose_reply_was_lost_is_not_written_twice(
+    redis_server: RedisServer,
+) -> None:
+    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(
+        partial(make_hooked_bus, redis_server)
+    )
+
+
+async def test_a_writer_behind_another_is_renumbered_not_lost(redis_server: RedisServer) -> None:
+    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(
+        partial(make_bus, redis_server)
+    )
+
+
+async def test_two_writers_on_one_session_lose_nothing(redis_server: RedisServer) -> None:
+    await broker_checks.two_writers_on_one_session_lose_nothing(partial(make_bus, redis_server))
