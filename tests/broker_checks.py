@@ -1,9 +1,10 @@
 """What every broker-backed bus (BrokerBus over MemoryBroker, RedisBus, NatsBus,
 PostgresBus) must also do, beyond the conformance suite: checks that need several
-processes' buses on one broker, or a broker that misbehaves on purpose. Each takes ``make(**options)``, a bus on
-the test's broker (a fresh namespace unless ``prefix`` is given: buses made with one
-``prefix`` share a broker, as processes do), and the outage checks a :class:`Server` the
-check stops and starts; the bus's own test module runs them.
+processes' buses on one broker, or a broker that misbehaves on purpose. Each takes
+``make(**options)``, a bus on the test's broker (a fresh namespace unless ``prefix`` is
+given: buses made with one ``prefix`` share a broker, as processes do), and the outage
+checks a :class:`Server` the check stops and starts; the bus's own test module runs
+them.
 
 The checks use the public API only. Where a broker must misbehave they use its driver's
 test hooks (:func:`hooks`): a ``BrokerBus`` over ``MemoryBroker`` has them, and over a
