@@ -607,3 +607,25 @@ async def two_writers_on_one_session_lose_nothing(make: MakeBus) -> None:
     finally:
         await one.aclose()
         await two.aclose()
+
+
+#: Every check, with what it needs of the test's broker: ``"plain"`` the bus users build,
+#: ``"hooked"`` a bus whose driver has test hooks, ``"outage"`` the bus users build and a
+#: server of the check's own to stop and start. tests/test_broker_suites.py runs each on
+#: every driver.
+CHECKS: list[tuple[Callable[..., Awaitable[None]], str]] = [
+    (lost_worker_calls_closed_exactly_once, "hooked"),
+    (a_reader_left_behind_by_trimming_is_cut_not_gapped, "hooked"),
+    (two_buses_deciding_at_once_have_one_winner, "plain"),
+    (approval_before_its_request_is_written, "hooked"),
+    (approval_request_written_during_a_read, "hooked"),
+    (approval_withdrawn_while_the_broker_is_down, "outage"),
+    (approval_waited_for_through_an_outage, "outage"),
+    (approval_expiring_during_an_outage, "outage"),
+    (names_past_the_bound_never_reach_the_broker, "plain"),
+    (braces_and_hash_tags_in_names_stay_in_their_session, "plain"),
+    (outage_keeps_the_agent_running_and_loses_nothing, "outage"),
+    (a_batch_whose_reply_was_lost_is_not_written_twice, "hooked"),
+    (a_writer_behind_another_is_renumbered_not_lost, "plain"),
+    (two_writers_on_one_session_lose_nothing, "plain"),
+]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from tests.nats_server import NatsServer
     from tests.postgres_server import PostgresServer
     from tests.redis_server import RedisServer
 
@@ -83,6 +84,30 @@ def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A nats-server (JetStream) shared by a test module (each test uses its own prefix)."""
+    from tests.nats_server import NatsServer, require_nats
+
+    require_nats()
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server of the test's own, for tests that stop, restart or wipe it."""
+    from tests.nats_server import NatsServer, require_nats
+
+    require_nats()
+    server = NatsServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module")

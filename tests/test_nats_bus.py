@@ -5,14 +5,12 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from functools import partial
 from typing import Any
 
 import anyio
 import pytest
 
 import toolstream as ts
-from tests import broker_checks
 from tests.nats_server import NatsServer, require_nats
 from tests.servers import eventually, take
 from toolstream.testing import BusFactory, bus_conformance_checks
@@ -24,15 +22,6 @@ pytestmark = pytest.mark.timeout(60)
 def anyio_backend() -> str:
     # nats-py has no trio support; test_trio_is_refused checks the error trio gets.
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    require_nats()
-    server = NatsServer(tmp_path_factory.mktemp("nats"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def make_bus(server: NatsServer, **options: Any) -> Any:
@@ -78,16 +67,6 @@ async def test_nats_bus_conforms(
     nats_server: NatsServer, check: Callable[[BusFactory], Awaitable[None]]
 ) -> None:
     await check(bus_factory(nats_server))
-
-
-@pytest.fixture
-def own_nats(tmp_path: Any) -> Iterator[NatsServer]:
-    """A nats-server of the test's own, for tests that stop, restart or wipe it."""
-    require_nats()
-    server = NatsServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_public_names_are_pinned() -> None:
@@ -351,10 +330,6 @@ async def test_outbox_overflow_drops_deltas_and_keeps_lifecycle(own_nats: NatsSe
         await bus.aclose()
 
 
-async def test_lost_worker_calls_closed_exactly_once(nats_server: NatsServer) -> None:
-    await broker_checks.lost_worker_calls_closed_exactly_once(partial(make_hooked_bus, nats_server))
-
-
 def _lease_entry_writes(bus: Any, opened: ts.Event) -> tuple[Any, Any]:
     """What writes a writer's lease entry: a batch that opens ``opened`` (registering it,
     then writing the entry if it changed) and the lease's renewal."""
@@ -496,21 +471,6 @@ async def test_a_reaper_that_fails_while_closing_closes_at_its_next_pass(
         await gateway.aclose()
 
 
-async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
-    nats_server: NatsServer,
-) -> None:
-    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
-        partial(make_hooked_bus, nats_server)
-    )
-
-
-async def test_two_buses_deciding_at_once_have_one_winner(nats_server: NatsServer) -> None:
-    """Compare-and-swap on the approval's KV entry is the arbiter."""
-    await broker_checks.two_buses_deciding_at_once_have_one_winner(
-        partial(make_bus, nats_server), rounds=30
-    )
-
-
 async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_path: Any) -> None:
     """Three servers, an R3 stream. The writer and a second reader are connected to the
     servers that stay; a first reader only to the one that is SIGKILLed mid-stream. Every
@@ -557,42 +517,6 @@ async def test_a_cluster_loses_a_server_and_nothing_acknowledged_is_lost(tmp_pat
         for bus in (writer, first, second):
             await bus.aclose(timeout=2)
         cluster.stop()
-
-
-async def test_an_approval_touched_before_its_request_is_written(nats_server: NatsServer) -> None:
-    await broker_checks.approval_before_its_request_is_written(
-        partial(make_hooked_bus, nats_server)
-    )
-
-
-async def test_an_approval_withdrawn_while_nats_is_down(own_nats: NatsServer) -> None:
-    await broker_checks.approval_withdrawn_while_the_broker_is_down(
-        partial(make_bus, own_nats), own_nats
-    )
-
-
-async def test_a_call_waits_for_its_approval_through_an_outage(own_nats: NatsServer) -> None:
-    await broker_checks.approval_waited_for_through_an_outage(partial(make_bus, own_nats), own_nats)
-
-
-async def test_an_approval_expiring_during_an_outage(own_nats: NatsServer) -> None:
-    await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_nats), own_nats)
-
-
-async def test_an_approval_request_written_during_a_read(nats_server: NatsServer) -> None:
-    await broker_checks.approval_request_written_during_a_read(
-        partial(make_hooked_bus, nats_server)
-    )
-
-
-async def test_names_past_the_bound_never_reach_nats(nats_server: NatsServer) -> None:
-    await broker_checks.names_past_the_bound_never_reach_the_broker(partial(make_bus, nats_server))
-
-
-async def test_braces_in_names_stay_in_their_session(nats_server: NatsServer) -> None:
-    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
-        partial(make_bus, nats_server)
-    )
 
 
 async def test_a_connection_the_server_closes_is_made_again_and_flushed(
@@ -673,27 +597,3 @@ def test_a_cluster_whose_server_does_not_serialize_swaps_is_warned_about(
         nc = SimpleNamespace(_server_info={"version": version, "cluster": cluster})
         _connection.warn_unserialized_cas(nc)  # type: ignore[arg-type]
         assert ("nats-io/nats-server#4320" in caplog.text) is warned, version
-
-
-async def test_outage_keeps_the_agent_running_and_loses_nothing(own_nats: NatsServer) -> None:
-    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(
-        partial(make_bus, own_nats), own_nats
-    )
-
-
-async def test_a_batch_whose_reply_was_lost_is_not_written_twice(
-    nats_server: NatsServer,
-) -> None:
-    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(
-        partial(make_hooked_bus, nats_server)
-    )
-
-
-async def test_a_writer_behind_another_is_renumbered_not_lost(nats_server: NatsServer) -> None:
-    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(
-        partial(make_bus, nats_server)
-    )
-
-
-async def test_two_writers_on_one_session_lose_nothing(nats_server: NatsServer) -> None:
-    await broker_checks.two_writers_on_one_session_lose_nothing(partial(make_bus, nats_server))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import anyio
@@ -12,7 +11,6 @@ import pytest
 import redis
 
 import toolstream as ts
-from tests import broker_checks
 from tests.redis_server import RedisClusterServers, RedisServer
 from tests.servers import eventually, take
 from toolstream.broker import BrokerBus
@@ -330,88 +328,3 @@ async def test_malformed_entries_are_skipped(redis_server: RedisServer) -> None:
     finally:
         await bus.aclose()
         r.close()
-
-
-async def test_lost_worker_calls_closed_exactly_once(redis_server: RedisServer) -> None:
-    await broker_checks.lost_worker_calls_closed_exactly_once(
-        partial(make_hooked_bus, redis_server)
-    )
-
-
-async def test_a_reader_left_behind_by_trimming_is_cut_not_gapped(
-    redis_server: RedisServer,
-) -> None:
-    await broker_checks.a_reader_left_behind_by_trimming_is_cut_not_gapped(
-        partial(make_hooked_bus, redis_server)
-    )
-
-
-async def test_two_buses_deciding_at_once_have_one_winner(redis_server: RedisServer) -> None:
-    """The approval's script is the arbiter."""
-    await broker_checks.two_buses_deciding_at_once_have_one_winner(
-        partial(make_bus, redis_server), rounds=50
-    )
-
-
-async def test_an_approval_touched_before_its_request_is_written(
-    redis_server: RedisServer,
-) -> None:
-    await broker_checks.approval_before_its_request_is_written(
-        partial(make_hooked_bus, redis_server)
-    )
-
-
-async def test_an_approval_withdrawn_while_redis_is_down(own_redis: RedisServer) -> None:
-    await broker_checks.approval_withdrawn_while_the_broker_is_down(
-        partial(make_bus, own_redis), own_redis
-    )
-
-
-async def test_a_call_waits_for_its_approval_through_an_outage(own_redis: RedisServer) -> None:
-    await broker_checks.approval_waited_for_through_an_outage(
-        partial(make_bus, own_redis), own_redis
-    )
-
-
-async def test_an_approval_expiring_during_an_outage(own_redis: RedisServer) -> None:
-    await broker_checks.approval_expiring_during_an_outage(partial(make_bus, own_redis), own_redis)
-
-
-async def test_an_approval_request_written_during_a_read(redis_server: RedisServer) -> None:
-    await broker_checks.approval_request_written_during_a_read(
-        partial(make_hooked_bus, redis_server)
-    )
-
-
-async def test_names_past_the_bound_never_reach_redis(redis_server: RedisServer) -> None:
-    await broker_checks.names_past_the_bound_never_reach_the_broker(partial(make_bus, redis_server))
-
-
-async def test_braces_in_names_stay_in_their_session(redis_server: RedisServer) -> None:
-    await broker_checks.braces_and_hash_tags_in_names_stay_in_their_session(
-        partial(make_bus, redis_server)
-    )
-
-
-async def test_outage_keeps_the_agent_running_and_loses_nothing(own_redis: RedisServer) -> None:
-    await broker_checks.outage_keeps_the_agent_running_and_loses_nothing(
-        partial(make_bus, own_redis), own_redis
-    )
-
-
-async def test_a_batch_whose_reply_was_lost_is_not_written_twice(
-    redis_server: RedisServer,
-) -> None:
-    await broker_checks.a_batch_whose_reply_was_lost_is_not_written_twice(
-        partial(make_hooked_bus, redis_server)
-    )
-
-
-async def test_a_writer_behind_another_is_renumbered_not_lost(redis_server: RedisServer) -> None:
-    await broker_checks.a_writer_behind_another_is_renumbered_not_lost(
-        partial(make_bus, redis_server)
-    )
-
-
-async def test_two_writers_on_one_session_lose_nothing(redis_server: RedisServer) -> None:
-    await broker_checks.two_writers_on_one_session_lose_nothing(partial(make_bus, redis_server))
