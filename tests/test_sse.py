@@ -378,7 +378,12 @@ async def test_slow_client_is_cut_and_resumes() -> None:
 
 
 #: Where an SSE stream's frames and chunks are made.
-STREAM_CODE = ("*/toolstream/sse/*", "*/toolstream/dialects/*", "*/toolstream/_serving.py")
+STREAM_CODE = (
+    "*/toolstream/sse/*",
+    "*/toolstream/dialects/*",
+    "*/toolstream/_serving.py",
+    "*/toolstream/_watch.py",
+)
 
 
 def test_a_client_that_stops_reading_is_cut_at_the_write_deadline() -> None:
@@ -440,7 +445,7 @@ async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None
 async def test_a_write_under_way_is_filed_with_the_watch_while_it_lasts() -> None:
     # The watch looks at the writes under way alone: a write that waits is filed with
     # it (and ends at its deadline, above); once it returns it is not looked at again.
-    from toolstream import _serving
+    from toolstream import _watch
 
     bus = ts.EventBus()
     app = SSEApp(bus, write_timeout=30)
@@ -462,7 +467,7 @@ async def test_a_write_under_way_is_filed_with_the_watch_while_it_lasts() -> Non
         async with anyio.create_task_group() as tg:
             tg.start_soon(app, scope, receive, send)
             await eventually(lambda: len(sent) == 2)
-            (watch,) = _serving._WATCHES.values()
+            (watch,) = _watch._WATCHES.values()
             assert not watch.writing
             ts.Tracker(bus, "s1").create("t")
             await eventually(lambda: len(sent) == 3)
@@ -473,7 +478,7 @@ async def test_a_write_under_way_is_filed_with_the_watch_while_it_lasts() -> Non
             release.set()
             await eventually(lambda: not watch.writing)
             app.shutdown()
-        await eventually(lambda: not _serving._WATCHES)
+        await eventually(lambda: not _watch._WATCHES)
     assert app.open_streams == 0
 
 
@@ -483,7 +488,7 @@ async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
     # and only while there are some; it looks at the writes under way alone, so an
     # idle stream is not even looked at (10,000 looked at four times a second cost a
     # tenth of a core).
-    from toolstream import _serving
+    from toolstream import _watch
 
     bus = ts.EventBus()
     app = SSEApp(bus)
@@ -512,11 +517,11 @@ async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
             for k in range(200):
                 tg.start_soon(app, scope(k), receive, send)
             await eventually(lambda: app.open_streams == 200 and heads == 200)
-            watches = list(_serving._WATCHES.values())
+            watches = list(_watch._WATCHES.values())
             assert len(watches) == 1 and len(watches[0].entries) == 200
             assert not watches[0].writing  # idle: nothing under way, nothing to look at
             app.shutdown()
-        await eventually(lambda: not _serving._WATCHES)
+        await eventually(lambda: not _watch._WATCHES)
     assert app.open_streams == 0
 
 
