@@ -39,6 +39,7 @@ __all__ = [
     "Msg",
     "NatsClient",
     "js_api",
+    "add_consumer",
     "drop_consumer",
     "ephemeral_consumer",
     "kv_handle",
@@ -235,12 +236,12 @@ def kv_handle(js: JetStreamContext, bucket: str) -> KeyValue:
     return KeyValue(name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False)
 
 
-async def ephemeral_consumer(
+async def add_consumer(
     js: JetStreamContext, stream: str, subject: str, start: int, *, inactive: float, timeout: float
-) -> tuple[str, Any]:
-    """An ack-free pull consumer of ``subject`` from sequence ``start`` (memory storage,
-    the stream's replicas so that it survives a lost server, gone after ``inactive``
-    idle seconds) and its bound subscription: ``(name, subscription)``."""
+) -> str:
+    """Create an ack-free pull consumer of ``subject`` from sequence ``start`` (memory
+    storage, the stream's replicas so that it survives a lost server, gone after
+    ``inactive`` idle seconds); its name."""
     config = js_api.ConsumerConfig(
         filter_subject=subject,
         deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
@@ -251,12 +252,21 @@ async def ephemeral_consumer(
         num_replicas=0,  # the stream's
     )
     info = await js.add_consumer(stream, config, timeout=timeout)
+    return str(info.name)
+
+
+async def ephemeral_consumer(
+    js: JetStreamContext, stream: str, subject: str, start: int, *, inactive: float, timeout: float
+) -> tuple[str, Any]:
+    """The consumer :func:`add_consumer` makes, and nats-py's pull subscription bound
+    to it: ``(name, subscription)``."""
+    name = await add_consumer(js, stream, subject, start, inactive=inactive, timeout=timeout)
     try:
-        sub = await js.pull_subscribe_bind(info.name, stream=stream)
+        sub = await js.pull_subscribe_bind(name, stream=stream)
     except BaseException:
-        await drop_consumer(js, stream, None, info.name)
+        await drop_consumer(js, stream, None, name)
         raise
-    return info.name, sub
+    return name, sub
 
 
 async def drop_consumer(js: JetStreamContext | None, stream: str, sub: Any, name: str) -> None:
