@@ -9,7 +9,7 @@ import base64
 import hashlib
 import logging
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -31,6 +31,7 @@ from nats.js.kv import KeyValue  # noqa: E402
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = [
+    "Ack",
     "Pipeline",
     "NATS_ERRORS",
     "RETRYABLE",
@@ -120,6 +121,14 @@ def api_code(exc: BaseException) -> int | None:
     return int(code) if isinstance(code, int) else None
 
 
+class Ack(NamedTuple):
+    """A message's acknowledgement: where it was stored, and whether the server had it
+    already (its ``Nats-Msg-Id`` within the deduplication window)."""
+
+    seq: int
+    duplicate: bool
+
+
 class Pipeline:
     """Publishes to JetStream without waiting for each acknowledgement: ``send`` puts
     the message on the connection in call order and returns a future of its ack (or of
@@ -129,12 +138,13 @@ class Pipeline:
     def __init__(self, nc: NatsClient) -> None:
         self._nc = nc
         self._prefix: str | None = None
-        self._futures: dict[str, asyncio.Future[js_api.PubAck]] = {}
+        self._futures: dict[str, asyncio.Future[Ack]] = {}
+        self._bound = 1024  # prune futures nobody will answer past this many
         self._n = 0
 
     async def send(
         self, subject: str, payload: bytes, headers: dict[str, str]
-    ) -> asyncio.Future[js_api.PubAck]:
+    ) -> asyncio.Future[Ack]:
         """Publish one message; the future of its acknowledgement."""
         if self._prefix is None:
             prefix = self._nc.new_inbox()
@@ -142,9 +152,15 @@ class Pipeline:
             self._prefix = prefix
         self._n += 1
         token = str(self._n)
-        future: asyncio.Future[js_api.PubAck] = asyncio.get_running_loop().create_future()
-        self._futures[token] = future
-        future.add_done_callback(lambda _: self._futures.pop(token, None))
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        futures = self._futures
+        futures[token] = future
+        if len(futures) > self._bound:
+            # An answered future leaves at once; a cancelled one (its batch failed) stays
+            # until here: bounded without a done-callback per message.
+            for key in [key for key, f in futures.items() if f.done()]:
+                del futures[key]
+            self._bound = max(1024, 2 * len(futures))
         await self._nc.publish(subject, payload, reply=f"{self._prefix}.{token}", headers=headers)
         return future
 
@@ -169,7 +185,7 @@ class Pipeline:
             return
         err = resp.get("error")
         if err is None:
-            future.set_result(js_api.PubAck.from_response(resp))
+            future.set_result(Ack(int(resp.get("seq", 0)), bool(resp.get("duplicate"))))
             return
         code = err.get("code")
         kind: type[nats.js.errors.APIError] = nats.js.errors.APIError

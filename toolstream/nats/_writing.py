@@ -219,6 +219,7 @@ class NatsWriter:
             start = self._next
             pipeline = self._conn.pipeline
             assert pipeline is not None
+            subjects: dict[str, str] = {}
             try:
                 previous = ""
                 for n, (r, k) in enumerate(items[i:]):
@@ -235,7 +236,9 @@ class NatsWriter:
                         # or it would be stored before its predecessor's retry.
                         headers["Nats-Expected-Last-Msg-Id"] = previous
                     previous = msg_id
-                    subject = names.subject(r.session)
+                    subject = subjects.get(r.session)
+                    if subject is None:
+                        subject = subjects[r.session] = names.subject(r.session)
                     futures.append(await pipeline.send(subject, rec.blob.encode(), headers))
                 results = await asyncio.wait_for(
                     asyncio.gather(*futures, return_exceptions=True), self._conn.connect_timeout
@@ -251,7 +254,7 @@ class NatsWriter:
                     break
                 rec = r.records[k]
                 self._asked.pop(f"{r.token}:{rec.event.id}", None)
-                seq = int(res.seq)
+                seq = res.seq
                 r.seqs[k] = seq
                 r.codes[k] = 1 if res.duplicate else (0 if seq == rec.seq else 3)
                 self._next = seq + 1
