@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import compare
-from benchmarks.bench_redis import PAYLOAD, broker_latency, broker_throughput, check_complete
+from benchmarks.bench_redis import broker_latency, broker_throughput, check_complete, raw_event
 
 BATCH = 256
 
@@ -43,6 +43,45 @@ async def _toolstream_once(servers: list[str], events: int) -> float:
     )
 
 
+async def raw_publish(js: Any, subject: str, events: int) -> None:
+    """Raw nats-py publishing: the JSON pipelined (``publish_async``), acknowledgements
+    awaited per batch of ``BATCH``."""
+    for first in range(0, events, BATCH):
+        futures = []
+        for i in range(first, min(first + BATCH, events)):
+            blob = json.dumps(raw_event(i), separators=(",", ":")).encode()
+            futures.append(await js.publish_async(subject, blob))
+        await asyncio.gather(*futures)
+
+
+async def raw_subscribe(js: Any, stream: str, subject: str) -> Any:
+    """Raw nats-py's consumer: an ack-free pull consumer of ``subject``."""
+    from nats.js import api
+
+    return await js.pull_subscribe(
+        subject,
+        durable=None,
+        stream=stream,
+        config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE),
+    )
+
+
+async def raw_consume(sub: Any, events: int) -> list[dict[str, Any]]:
+    """Raw nats-py reading: ``fetch`` of ``BATCH`` and ``json.loads`` of each message,
+    until ``events`` came; what came."""
+    import nats
+
+    received: list[dict[str, Any]] = []
+    while len(received) < events:
+        try:
+            msgs = await sub.fetch(BATCH, timeout=5)
+        except nats.errors.TimeoutError:
+            continue
+        for msg in msgs:
+            received.append(json.loads(msg.data))
+    return received
+
+
 async def _raw_once(servers: list[str], events: int) -> float:
     import nats
     from nats.js import api
@@ -52,43 +91,11 @@ async def _raw_once(servers: list[str], events: int) -> float:
     name = f"raw{uuid.uuid4().hex[:8]}"
     await js.add_stream(name=name, subjects=[f"{name}.*"], storage=api.StorageType.FILE)
     # The consumer is in place before the clock starts, as the subscription is.
-    sub = await js.pull_subscribe(
-        f"{name}.bench",
-        durable=None,
-        stream=name,
-        config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE),
-    )
-    received: list[dict[str, Any]] = []
-
-    async def consume() -> None:
-        while len(received) < events:
-            try:
-                msgs = await sub.fetch(BATCH, timeout=5)
-            except nats.errors.TimeoutError:
-                continue
-            for msg in msgs:
-                received.append(json.loads(msg.data))
-
-    consumer = asyncio.create_task(consume())
+    sub = await raw_subscribe(js, name, f"{name}.bench")
+    consumer = asyncio.create_task(raw_consume(sub, events))
     start = time.perf_counter()
-    ts_now = time.time
-    for first in range(0, events, BATCH):
-        futures = []
-        for i in range(first, min(first + BATCH, events)):
-            event = {
-                "v": 1,
-                "type": "tool.progress",
-                "session": "bench",
-                "ts": ts_now(),
-                "call_id": "c",
-                "tool": "bench",
-                "current": i,
-                **PAYLOAD,
-            }
-            blob = json.dumps(event, separators=(",", ":")).encode()
-            futures.append(await js.publish_async(f"{name}.bench", blob))
-        await asyncio.gather(*futures)
-    await consumer
+    await raw_publish(js, f"{name}.bench", events)
+    received = await consumer
     elapsed = time.perf_counter() - start
     await js.delete_stream(name)
     await nc.close()

@@ -92,48 +92,56 @@ def check_complete(side: str, currents: list[Any], events: int) -> None:
         )
 
 
+def raw_event(i: int) -> dict[str, Any]:
+    """The event a raw peer publishes (the JSON a tracked progress event carries)."""
+    return {
+        "v": 1,
+        "type": "tool.progress",
+        "session": "bench",
+        "ts": time.time(),
+        "call_id": "c",
+        "tool": "bench",
+        "current": i,
+        **PAYLOAD,
+    }
+
+
+async def raw_publish(writer: Any, key: str, events: int) -> None:
+    """Raw redis-py publishing: XADD of the JSON in pipelines of ``BATCH``."""
+    for first in range(0, events, BATCH):
+        async with writer.pipeline(transaction=False) as pipe:
+            for i in range(first, min(first + BATCH, events)):
+                pipe.xadd(key, {"e": json.dumps(raw_event(i), separators=(",", ":"))})
+            await pipe.execute()
+
+
+async def raw_consume(reader: Any, key: str, events: int) -> list[dict[str, Any]]:
+    """Raw redis-py reading: blocking XREAD of ``BATCH`` after a cursor and
+    ``json.loads`` of each entry, until ``events`` came; what came."""
+    received: list[dict[str, Any]] = []
+    cursor = "0-0"
+    while len(received) < events:
+        reply: Any = await reader.xread({key: cursor}, count=BATCH, block=5000)
+        if not reply:
+            continue
+        entries = reply[0][1]
+        for _, fields in entries:
+            received.append(json.loads(fields["e"]))
+        cursor = entries[-1][0]
+    return received
+
+
 async def _raw_once(url: str, events: int) -> float:
     import redis.asyncio as aredis
 
     key = f"raw{uuid.uuid4().hex[:8]}"
     writer = aredis.Redis.from_url(url, decode_responses=True)
     reader = aredis.Redis.from_url(url, decode_responses=True, single_connection_client=True)
-    got = 0
-    received: list[dict[str, Any]] = []
-
-    async def consume() -> None:
-        nonlocal got
-        cursor = "0-0"
-        while got < events:
-            reply: Any = await reader.xread({key: cursor}, count=BATCH, block=5000)
-            if not reply:
-                continue
-            entries = reply[0][1]
-            for _, fields in entries:
-                received.append(json.loads(fields["e"]))
-            got += len(entries)
-            cursor = entries[-1][0]
-
-    consumer = asyncio.create_task(consume())
+    consumer = asyncio.create_task(raw_consume(reader, key, events))
     await asyncio.sleep(0.01)
     start = time.perf_counter()
-    ts_now = time.time
-    for first in range(0, events, BATCH):
-        async with writer.pipeline(transaction=False) as pipe:
-            for i in range(first, min(first + BATCH, events)):
-                event = {
-                    "v": 1,
-                    "type": "tool.progress",
-                    "session": "bench",
-                    "ts": ts_now(),
-                    "call_id": "c",
-                    "tool": "bench",
-                    "current": i,
-                    **PAYLOAD,
-                }
-                pipe.xadd(key, {"e": json.dumps(event, separators=(",", ":"))})
-            await pipe.execute()
-    await consumer
+    await raw_publish(writer, key, events)
+    received = await consumer
     elapsed = time.perf_counter() - start
     await writer.delete(key)
     await writer.aclose()
