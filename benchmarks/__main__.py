@@ -2,7 +2,7 @@
 
 Writes ``benchmarks/results.json``, the generated part of ``docs/benchmarks.md``
 (between the ``<!-- results -->`` markers) and the scale sheet of ``docs/scaling.md``
-(between the ``<!-- scale -->`` markers, from the gateway suite). ``--quick`` uses tiny
+(between the ``<!-- scale -->`` markers, from the gateway and brokers suites). ``--quick`` uses tiny
 sizes; ``--only bus,websocket`` runs those suites and keeps the others' last results
 (each suite's date is recorded).
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks import (
     bench_approvals,
+    bench_brokers,
     bench_bus,
     bench_callbacks,
     bench_chat,
@@ -54,6 +55,7 @@ SUITES: list[tuple[str, Any]] = [
     ("redis", bench_redis),
     ("nats", bench_nats),
     ("postgres", bench_postgres),
+    ("brokers", bench_brokers),
     ("approvals", bench_approvals),
     ("chat", bench_chat),
     ("chat_agents", bench_chat_agents),
@@ -136,9 +138,14 @@ def main(argv: list[str] | None = None) -> int:
             doc.write_text(f"{head}{START}\n{text}{END}{tail}")
         else:
             print(f"{doc} has no {START} / {END} markers; not updated", file=sys.stderr)
-        if not args.quick and "gateway" in chosen:
+        if not args.quick and {"gateway", "brokers"} & set(chosen):
+            # The sheet: the gateway rows (dated when they were measured) and the
+            # broker rows, whichever of the two suites ran.
             scaling = ROOT / "docs" / "scaling.md"
-            if not bench_gateway.write_sheet(results["gateway"], env, scaling):
+            gateway_env = dict(env, date=dates.get("gateway", env["date"]))
+            if not bench_gateway.write_sheet(
+                results["gateway"], gateway_env, scaling, results.get("brokers")
+            ):
                 print(f"{scaling} has no scale markers; not updated", file=sys.stderr)
     return 0
 

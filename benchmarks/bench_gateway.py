@@ -165,8 +165,11 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sheet(results: dict[str, Any], machine: dict[str, Any]) -> str:
-    """The scale sheet of docs/scaling.md (its generated part)."""
+def sheet(
+    results: dict[str, Any], machine: dict[str, Any], brokers: dict[str, Any] | None = None
+) -> str:
+    """The scale sheet of docs/scaling.md (its generated part): the gateway rows, then
+    the broker rows (``bench_brokers``' results, when measured)."""
     rows = results["rows"]
     lines = [
         f"Measured {machine['date']} by `make bench` on {machine['platform']}, "
@@ -235,17 +238,26 @@ def sheet(results: dict[str, Any], machine: dict[str, Any]) -> str:
         line(f"{at}: on time (% within 100 ms)", "on_time_pct", ".1f", clients)
         shutdown(clients)
     lines.append("")
+    if brokers is not None:
+        from benchmarks import bench_brokers
+
+        lines += bench_brokers.rows(brokers)
     return "\n".join(lines)
 
 
-def write_sheet(results: dict[str, Any], machine: dict[str, Any], doc: Path) -> bool:
+def write_sheet(
+    results: dict[str, Any],
+    machine: dict[str, Any],
+    doc: Path,
+    brokers: dict[str, Any] | None = None,
+) -> bool:
     """Replace the generated part of ``doc`` (between the markers); False without them."""
     current = doc.read_text()
     if SHEET_START not in current or SHEET_END not in current:
         return False
     head, rest = current.split(SHEET_START, 1)
     _, tail = rest.split(SHEET_END, 1)
-    doc.write_text(f"{head}{SHEET_START}\n{sheet(results, machine)}{SHEET_END}{tail}")
+    doc.write_text(f"{head}{SHEET_START}\n{sheet(results, machine, brokers)}{SHEET_END}{tail}")
     return True
 
 

@@ -43,10 +43,10 @@ async def _toolstream_once(servers: list[str], events: int) -> float:
     )
 
 
-async def raw_publish(js: Any, subject: str, events: int) -> None:
-    """Raw nats-py publishing: the JSON pipelined (``publish_async``), acknowledgements
-    awaited per batch of ``BATCH``."""
-    for first in range(0, events, BATCH):
+async def raw_publish(js: Any, subject: str, events: int, start: int = 0) -> None:
+    """Raw nats-py publishing events ``start`` to ``events - 1``: the JSON pipelined
+    (``publish_async``), acknowledgements awaited per batch of ``BATCH``."""
+    for first in range(start, events, BATCH):
         futures = []
         for i in range(first, min(first + BATCH, events)):
             blob = json.dumps(raw_event(i), separators=(",", ":")).encode()
@@ -162,7 +162,7 @@ def report(results: dict[str, Any]) -> str:
             f"{results['events']:,} events published and delivered to one subscriber reading "
             f"the live stream (as a gateway does), {results['rounds']} alternating rounds; "
             "every event of every round checked delivered, in order. toolstream adds the "
-            "outbox, a sequence asked for by every message (three headers each), the lease "
+            "outbox, a sequence pinned by every message (two headers each), the lease "
             "entry written before calls open, checkpoints and typed events; the peer only "
             "appends and reads JSON.",
             "",

@@ -49,16 +49,17 @@ async def raw_create(conn: Any, table: str) -> None:
     )
 
 
-async def raw_publish(writer: Any, table: str, events: int) -> None:
-    """Raw psycopg publishing: per batch of ``BATCH``, one INSERT of arrays and a NOTIFY
-    in a transaction, pipelined."""
+async def raw_publish(writer: Any, table: str, events: int, start: int = 0) -> None:
+    """Raw psycopg publishing events ``start`` to ``events - 1`` (seq ``start + 1``...):
+    per batch of ``BATCH``, one INSERT of arrays and a NOTIFY in a transaction,
+    pipelined."""
     # Arrays in binary (%b): in text format psycopg escapes every quote of the JSON.
     insert = (
         f"INSERT INTO {table} (session, seq, blob) "
         "SELECT %s, * FROM unnest(%b::bigint[], %b::text[])"
     )
-    seq = 0
-    for first in range(0, events, BATCH):
+    seq = start
+    for first in range(start, events, BATCH):
         seqs, blobs = [], []
         for i in range(first, min(first + BATCH, events)):
             seq += 1

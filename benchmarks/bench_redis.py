@@ -106,9 +106,10 @@ def raw_event(i: int) -> dict[str, Any]:
     }
 
 
-async def raw_publish(writer: Any, key: str, events: int) -> None:
-    """Raw redis-py publishing: XADD of the JSON in pipelines of ``BATCH``."""
-    for first in range(0, events, BATCH):
+async def raw_publish(writer: Any, key: str, events: int, start: int = 0) -> None:
+    """Raw redis-py publishing events ``start`` to ``events - 1``: XADD of the JSON in
+    pipelines of ``BATCH``."""
+    for first in range(start, events, BATCH):
         async with writer.pipeline(transaction=False) as pipe:
             for i in range(first, min(first + BATCH, events)):
                 pipe.xadd(key, {"e": json.dumps(raw_event(i), separators=(",", ":"))})

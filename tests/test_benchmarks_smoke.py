@@ -209,3 +209,66 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     text = doc.read_text()
     assert "old" not in text and text.startswith("before") and text.endswith("after\n")
     assert "200 clients at 1 event/s each: p99 latency" in text
+
+
+def test_the_counting_proxy_counts_bytes_each_way_and_round_trips() -> None:
+    """Two requests answered one after the other: two round trips; a reply in two
+    writes is still one."""
+    import asyncio
+
+    from benchmarks.bench_brokers import CountingProxy
+
+    async def main() -> dict[str, int]:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(100):
+                writer.write(data[:2])
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(data[2:])
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with CountingProxy(port) as proxy:
+            assert proxy.url(f"redis://127.0.0.1:{port}/0") == f"redis://127.0.0.1:{proxy.port}/0"
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            for request in (b"hello", b"world!"):
+                writer.write(request)
+                await writer.drain()
+                assert await reader.readexactly(len(request)) == request
+            writer.close()
+            await asyncio.sleep(0.05)
+            counts = proxy.snapshot()
+        server.close()
+        await server.wait_closed()
+        return counts
+
+    assert asyncio.run(main()) == {"round_trips": 2, "bytes_up": 11, "bytes_down": 11}
+
+
+def test_brokers_benchmark_runs_and_writes_its_rows_in_the_sheet(tmp_path: Path) -> None:
+    """Each broker bus and its raw peer, published and delivered, every event checked
+    (the run fails otherwise); the rows go into the scale sheet after the gateway's."""
+    from benchmarks import bench_brokers, bench_gateway
+    from benchmarks.__main__ import machine
+    from tests.nats_server import require_nats
+    from tests.postgres_server import require_postgres
+    from tests.redis_server import require_redis
+
+    require_redis()
+    require_nats()
+    require_postgres()
+    results = bench_brokers.run(quick=True)
+    for broker in bench_brokers.BROKERS:
+        for mode in ("", "_trickle"):
+            for side in ("toolstream", "raw"):  # at least the event's JSON
+                assert results[broker][f"{side}_published{mode}"]["bytes_up"] > 100
+                assert results[broker][f"{side}_delivered{mode}"]["bytes_down"] > 100
+    gateway = {"rounds": 1, "rows": {}}
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"{bench_gateway.SHEET_START}\n{bench_gateway.SHEET_END}\n")
+    assert bench_gateway.write_sheet(gateway, machine(), doc, results)
+    text = doc.read_text()
+    assert "| NatsBus (nats-py raw): delivered to one subscriber, one at a time |" in text
+    assert "Broker round trips" in bench_brokers.report(results)
