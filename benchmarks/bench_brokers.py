@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import bench_nats, bench_postgres, bench_redis
-from benchmarks.bench_redis import PAYLOAD, check_complete
+from benchmarks.bench_redis import check_complete, publish_one
 
 BROKERS = ("redis", "nats", "postgres")
 NAMES = {"redis": "RedisBus", "nats": "NatsBus", "postgres": "PostgresBus"}
@@ -150,18 +150,8 @@ def _per_event(before: dict[str, int], after: dict[str, int], events: int) -> di
 async def _publish(bus: Any, events: int, trickle: bool = False) -> None:
     """Publish ``events`` tracked-sized progress events on ``bus``: in a burst (yielding
     every batch), or one at a time (``trickle``: each on its own, ``GAP`` apart)."""
-    import toolstream as ts
-
     for i in range(events):
-        bus.publish(
-            ts.ToolProgress,
-            session="bench",
-            call_id="c",
-            tool="bench",
-            current=i,
-            message=PAYLOAD["message"],
-            data=PAYLOAD["data"],
-        )
+        publish_one(bus, i)
         if trickle:
             await bus.flush()
             await asyncio.sleep(GAP)
@@ -305,12 +295,20 @@ async def nats_delivered(url: str, proxy: CountingProxy, n: int, trickle: bool) 
     return _per_event(before, after, n)
 
 
-async def postgres_published(url: str, proxy: CountingProxy, n: int, trickle: bool) -> Any:
+async def _postgres_table(url: str) -> tuple[Any, str]:
+    """A direct connection and a new table of the raw peer's."""
     import psycopg
 
     table = f"raw{uuid.uuid4().hex[:8]}"
     direct = await psycopg.AsyncConnection.connect(url, autocommit=True)
     await bench_postgres.raw_create(direct, table)
+    return direct, table
+
+
+async def postgres_published(url: str, proxy: CountingProxy, n: int, trickle: bool) -> Any:
+    import psycopg
+
+    direct, table = await _postgres_table(url)
     writer = await psycopg.AsyncConnection.connect(proxy.url(url), autocommit=True)
     before = proxy.snapshot()
     await _raw_publish(lambda e, s: bench_postgres.raw_publish(writer, table, e, s), n, trickle)
@@ -324,9 +322,7 @@ async def postgres_published(url: str, proxy: CountingProxy, n: int, trickle: bo
 async def postgres_delivered(url: str, proxy: CountingProxy, n: int, trickle: bool) -> Any:
     import psycopg
 
-    table = f"raw{uuid.uuid4().hex[:8]}"
-    writer = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    await bench_postgres.raw_create(writer, table)
+    writer, table = await _postgres_table(url)
     listener = await psycopg.AsyncConnection.connect(proxy.url(url), autocommit=True)
     reader = await psycopg.AsyncConnection.connect(proxy.url(url), autocommit=True)
     ready = asyncio.Event()

@@ -45,7 +45,6 @@ async def _toolstream_once(url: str, events: int) -> float:
 async def broker_throughput(bus: Any, events: int, batch: int) -> float:
     """Events/s of ``events`` tracked-sized events published on a broker-backed ``bus``
     (yielding every ``batch``) and delivered to one subscriber of the same process."""
-    import toolstream as ts
 
     async with bus:
         got = 0
@@ -56,15 +55,7 @@ async def broker_throughput(bus: Any, events: int, batch: int) -> float:
 
             async def produce() -> None:
                 for i in range(events):
-                    bus.publish(
-                        ts.ToolProgress,
-                        session="bench",
-                        call_id="c",
-                        tool="bench",
-                        current=i,
-                        message=PAYLOAD["message"],
-                        data=PAYLOAD["data"],
-                    )
+                    publish_one(bus, i)
                     if i % batch == batch - 1:
                         await asyncio.sleep(0)
 
@@ -80,6 +71,21 @@ async def broker_throughput(bus: Any, events: int, batch: int) -> float:
             raise AssertionError(f"toolstream dropped events ({bus.stats}; nothing may be lost)")
         check_complete("toolstream", [e.current for c in chunks for e in c], events)
     return events / elapsed
+
+
+def publish_one(bus: Any, i: int) -> Any:
+    """Publish the ``i``-th tracked-sized progress event of session ``"bench"``."""
+    import toolstream as ts
+
+    return bus.publish(
+        ts.ToolProgress,
+        session="bench",
+        call_id="c",
+        tool="bench",
+        current=i,
+        message=PAYLOAD["message"],
+        data=PAYLOAD["data"],
+    )
 
 
 def check_complete(side: str, currents: list[Any], events: int) -> None:

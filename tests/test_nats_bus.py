@@ -172,6 +172,17 @@ async def test_session_names_never_cross(nats_server: NatsServer) -> None:
             await sub.aclose()
 
 
+async def _published(bus: Any, n: int) -> list[Any]:
+    """Start ``bus``, publish ``n`` progress events of session ``"s"``, flush them."""
+    await bus.start()
+    events = [
+        bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+        for i in range(n)
+    ]
+    await bus.flush(timeout=5)
+    return events
+
+
 async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> None:
     """An acknowledgement can be lost after JetStream stored the message: writing the
     same batch again finds each message at the sequence it asked for and writes nothing
@@ -180,12 +191,7 @@ async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> 
 
     bus = make_bus(nats_server)
     try:
-        await bus.start()
-        events = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(5)
-        ]
-        await bus.flush(timeout=5)
+        events = await _published(bus, 5)
         writer = bus.broker.writer
         writer._written.clear()  # as if their acknowledgements had been lost
         for ev in events:
@@ -236,12 +242,7 @@ async def test_a_pipeline_pins_its_messages_with_two_headers_and_older_ones_are_
     headers."""
     bus = make_bus(nats_server)
     try:
-        await bus.start()
-        events = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(4)
-        ]
-        await bus.flush(timeout=5)
+        events = await _published(bus, 4)
         js = await bus.broker.conn.ready()
         stored = [await js.get_msg(bus.prefix, seq=i + 1) for i in range(4)]
         ids = [f"{bus.token}:{e.id}" for e in events]
