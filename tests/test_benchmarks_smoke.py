@@ -196,7 +196,7 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     from benchmarks.__main__ import machine
 
     results = bench_gateway.run(quick=True)
-    assert set(results["rows"]) == {"sse_200", "ws_200"}
+    assert set(results["rows"]) == {"sse_200", "ws_200", "chat_200"}
     for row in results["rows"].values():
         for side in ("toolstream", "handrolled"):
             assert row[f"{side}_delivered"] == 200 * results["events_per_client"]
@@ -209,3 +209,24 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     text = doc.read_text()
     assert "old" not in text and text.startswith("before") and text.endswith("after\n")
     assert "200 clients at 1 event/s each: p99 latency" in text
+
+
+def test_failover_benchmark_runs_reports_and_writes_its_rows(tmp_path: Path) -> None:
+    """On Redis: a resume after missed events and a gateway killed under its clients,
+    every client getting every event exactly once (the run fails otherwise); the rows
+    are written between their markers."""
+    from benchmarks import bench_failover
+    from benchmarks.__main__ import machine
+    from tests.redis_server import require_redis
+
+    require_redis()
+    results = bench_failover.run(quick=True, brokers=("redis",))
+    redis = results["redis"]
+    assert redis["resume"]["200"]["resume_s_ms_per_1000"] > 0
+    assert redis["failover"]["back_p99_ms"] >= redis["failover"]["back_p50_ms"] > 0
+    assert "RedisBus" in bench_failover.report(results)
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"a\n{bench_failover.SHEET_START}\nold\n{bench_failover.SHEET_END}\nb\n")
+    assert bench_failover.write_sheet(results, machine(), doc)
+    text = doc.read_text()
+    assert "old" not in text and "failover: kill → first event again, p99" in text
