@@ -73,8 +73,9 @@ def _pydantic_ai_hooks() -> Callable[[], Awaitable[None]]:
         async def wrap_run(self, ctx: Any, *, handler: Any) -> Any:
             return await handler()
 
-        async def on_event(self, ctx: Any, *, event: Any) -> None:
-            pass
+        async def wrap_run_event_stream(self, ctx: Any, *, stream: Any) -> Any:
+            async for event in stream:
+                yield event
 
         async def wrap_tool_execute(
             self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
