@@ -14,6 +14,7 @@ way uvicorn does (toolstream's streams must end; the hand-rolled ones do not).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import os
@@ -60,13 +61,18 @@ def toolstream_app(kind: str, clients: int) -> tuple[Any, Publish]:
     the clients resume (``GET /c<k>/stream``)."""
     bus = ts.EventBus()
     calls = []
-    for k in range(clients):
-        tracker = ts.Tracker(bus, f"c{k}")
+
+    def open_call(tracker: ts.Tracker) -> ts.CallHandle:
         if kind == "toolstream_chat":
             tracker.run().__enter__()  # the turn under way, for the whole benchmark
         call = tracker.create("bench")
         call.start()
-        calls.append(call)
+        return call
+
+    for k in range(clients):
+        # Each session's turn in a context of its own, as a server's turns run in tasks
+        # of their own (runs entered one after another in one context would nest).
+        calls.append(contextvars.copy_context().run(open_call, ts.Tracker(bus, f"c{k}")))
 
     def publish(k: int, message: str) -> None:
         calls[k].progress(0.5, message=message)
