@@ -2,7 +2,9 @@
 
 Writes ``benchmarks/results.json``, the generated part of ``docs/benchmarks.md``
 (between the ``<!-- results -->`` markers) and the scale sheet of ``docs/scaling.md``
-(between the ``<!-- scale -->`` markers, from the gateway and brokers suites). ``--quick`` uses tiny
+(between the ``<!-- scale -->`` markers, from the gateway suite; its resume and failover
+rows between the ``<!-- failover -->`` markers, from the failover suite; the broker rows
+between the ``<!-- brokers -->`` markers, from the brokers suite). ``--quick`` uses tiny
 sizes; ``--only bus,websocket`` runs those suites and keeps the others' last results
 (each suite's date is recorded).
 """
@@ -25,6 +27,7 @@ from benchmarks import (
     bench_callbacks,
     bench_chat,
     bench_chat_agents,
+    bench_failover,
     bench_gateway,
     bench_integrations,
     bench_memory,
@@ -52,6 +55,7 @@ SUITES: list[tuple[str, Any]] = [
     ("websocket", bench_ws),
     ("misbehaving", bench_misbehaving),
     ("gateway", bench_gateway),
+    ("failover", bench_failover),
     ("redis", bench_redis),
     ("nats", bench_nats),
     ("postgres", bench_postgres),
@@ -138,15 +142,18 @@ def main(argv: list[str] | None = None) -> int:
             doc.write_text(f"{head}{START}\n{text}{END}{tail}")
         else:
             print(f"{doc} has no {START} / {END} markers; not updated", file=sys.stderr)
-        if not args.quick and {"gateway", "brokers"} & set(chosen):
-            # The sheet: the gateway rows (dated when they were measured) and the
-            # broker rows, whichever of the two suites ran.
+        if not args.quick and "gateway" in chosen:
             scaling = ROOT / "docs" / "scaling.md"
-            gateway_env = dict(env, date=dates.get("gateway", env["date"]))
-            if not bench_gateway.write_sheet(
-                results["gateway"], gateway_env, scaling, results.get("brokers")
-            ):
+            if not bench_gateway.write_sheet(results["gateway"], env, scaling):
                 print(f"{scaling} has no scale markers; not updated", file=sys.stderr)
+        if not args.quick and "brokers" in chosen:
+            scaling = ROOT / "docs" / "scaling.md"
+            if not bench_brokers.write_sheet(results["brokers"], scaling):
+                print(f"{scaling} has no brokers markers; not updated", file=sys.stderr)
+        if not args.quick and "failover" in chosen:
+            scaling = ROOT / "docs" / "scaling.md"
+            if not bench_failover.write_sheet(results["failover"], env, scaling):
+                print(f"{scaling} has no failover markers; not updated", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,6 @@
 """What each broker bus costs the broker per event: round trips and bytes, beside the raw
-client doing the same work, for the scale sheet of docs/scaling.md.
+client doing the same work, for the scale sheet of docs/scaling.md (``make bench``
+writes its rows there, between ``<!-- brokers:start -->`` and ``<!-- brokers:end -->``).
 
 Every connection under measure goes through a counting TCP proxy on 127.0.0.1
 (:class:`CountingProxy`): bytes each way, and *round trips* — a burst of client writes
@@ -34,9 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import bench_nats, bench_postgres, bench_redis
+from benchmarks._common import write_between
 from benchmarks.bench_redis import check_complete, publish_one
 
 BROKERS = ("redis", "nats", "postgres")
+SHEET_START = "<!-- brokers:start -->"
+SHEET_END = "<!-- brokers:end -->"
 NAMES = {"redis": "RedisBus", "nats": "NatsBus", "postgres": "PostgresBus"}
 RAW = {"redis": "redis-py", "nats": "nats-py", "postgres": "psycopg"}
 BATCH = 256
@@ -497,6 +501,11 @@ def rows(results: dict[str, Any]) -> list[str]:
             )
     lines.append("")
     return lines
+
+
+def write_sheet(results: dict[str, Any], doc: Path) -> bool:
+    """Replace the broker rows of ``doc`` (between the markers); False without them."""
+    return write_between(doc, SHEET_START, SHEET_END, "\n".join(rows(results)))
 
 
 def report(results: dict[str, Any]) -> str:

@@ -196,7 +196,7 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     from benchmarks.__main__ import machine
 
     results = bench_gateway.run(quick=True)
-    assert set(results["rows"]) == {"sse_200", "ws_200"}
+    assert set(results["rows"]) == {"sse_200", "ws_200", "chat_200"}
     for row in results["rows"].values():
         for side in ("toolstream", "handrolled"):
             assert row[f"{side}_delivered"] == 200 * results["events_per_client"]
@@ -249,9 +249,8 @@ def test_the_counting_proxy_counts_bytes_each_way_and_round_trips() -> None:
 
 def test_brokers_benchmark_runs_and_writes_its_rows_in_the_sheet(tmp_path: Path) -> None:
     """Each broker bus and its raw peer, published and delivered, every event checked
-    (the run fails otherwise); the rows go into the scale sheet after the gateway's."""
-    from benchmarks import bench_brokers, bench_gateway
-    from benchmarks.__main__ import machine
+    (the run fails otherwise); the rows go into the scale sheet between their markers."""
+    from benchmarks import bench_brokers
     from tests.nats_server import require_nats
     from tests.postgres_server import require_postgres
     from tests.redis_server import require_redis
@@ -265,10 +264,31 @@ def test_brokers_benchmark_runs_and_writes_its_rows_in_the_sheet(tmp_path: Path)
             for side in ("toolstream", "raw"):  # at least the event's JSON
                 assert results[broker][f"{side}_published{mode}"]["bytes_up"] > 100
                 assert results[broker][f"{side}_delivered{mode}"]["bytes_down"] > 100
-    gateway = {"rounds": 1, "rows": {}}
     doc = tmp_path / "scaling.md"
-    doc.write_text(f"{bench_gateway.SHEET_START}\n{bench_gateway.SHEET_END}\n")
-    assert bench_gateway.write_sheet(gateway, machine(), doc, results)
+    doc.write_text(f"before\n{bench_brokers.SHEET_START}\nold\n{bench_brokers.SHEET_END}\nafter\n")
+    assert bench_brokers.write_sheet(results, doc)
     text = doc.read_text()
+    assert "old" not in text and text.startswith("before") and text.endswith("after\n")
     assert "| NatsBus (nats-py raw): delivered to one subscriber, one at a time |" in text
     assert "Broker round trips" in bench_brokers.report(results)
+
+
+def test_failover_benchmark_runs_reports_and_writes_its_rows(tmp_path: Path) -> None:
+    """On Redis: a resume after missed events and a gateway killed under its clients,
+    every client getting every event exactly once (the run fails otherwise); the rows
+    are written between their markers."""
+    from benchmarks import bench_failover
+    from benchmarks.__main__ import machine
+    from tests.redis_server import require_redis
+
+    require_redis()
+    results = bench_failover.run(quick=True, brokers=("redis",))
+    redis = results["redis"]
+    assert redis["resume"]["200"]["resume_s_ms_per_1000"] > 0
+    assert redis["failover"]["back_p99_ms"] >= redis["failover"]["back_p50_ms"] > 0
+    assert "RedisBus" in bench_failover.report(results)
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"a\n{bench_failover.SHEET_START}\nold\n{bench_failover.SHEET_END}\nb\n")
+    assert bench_failover.write_sheet(results, machine(), doc)
+    text = doc.read_text()
+    assert "old" not in text and "failover: kill → first event again, p99" in text
