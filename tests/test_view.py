@@ -227,7 +227,8 @@ def test_a_call_record_starts_empty_and_copies_whole() -> None:
 def test_runs_of_progress_fold_into_the_same_state_as_applying_each_event() -> None:
     """A run of progress events folds call by call (``_core/folding.py``): each call's
     newest fraction, the newest message and run any of its events had, the first tool;
-    a run with a call that is not running (unknown, or ended) takes the general path."""
+    a run with a call that is not running (unknown, or ended) takes the general path.
+    Messages' text between them skips ``apply``'s dispatch."""
     rng = random.Random(11)
     for trial in range(300):
         events: list[ts.Event] = []
@@ -247,6 +248,15 @@ def test_runs_of_progress_fold_into_the_same_state_as_applying_each_event() -> N
                 add(ts.ToolCompleted, call_id=call_id, tool="t", run_id=run_id)
             elif roll < 0.18:
                 add(ts.ToolOutputDelta, call_id=call_id, tool="t", text=rng.choice(["a", "bc"]))
+            elif roll < 0.3:  # a message's text (a chat's), in runs of its own
+                message_id = rng.choice(["m1", "m2"])
+                if roll < 0.2:
+                    add(ts.MessageStarted, message_id=message_id, run_id=run_id, role="assistant")
+                elif roll < 0.21:
+                    add(ts.MessageFinished, message_id=message_id, run_id=run_id)
+                else:
+                    kind = rng.choice(["text", "reasoning"])
+                    add(ts.MessageDelta, message_id=message_id, text="w ", kind=kind)
             else:
                 add(
                     ts.ToolProgress,
