@@ -196,6 +196,15 @@ def test_introducers_in_any_case_hold_what_follows_at_every_cut(text: str) -> No
             assert streamed(text, [k, j]) == whole, (k, j)
 
 
+@pytest.mark.xfail(strict=True, reason="a two-word key cut between its words is not held")
+def test_a_two_word_key_cut_between_its_words_still_holds_its_value() -> None:
+    """Found while testing the introducers' pre-screen (it fails the same without it):
+    "API " is published before "KEY:" arrives, and "KEY" alone introduces nothing, so
+    the value streams out while the whole text is redacted."""
+    text = 'API KEY:\t"Hunter2Hunter2x"'
+    assert streamed(text, [4]) == POLICY.redact_text(text)
+
+
 # -- the end-to-end property: planted secrets never reach the wire ------------------------
 
 _SECRET_KEYS = ["password", "api_key", "X-Api-Key", "refreshToken", "client_secret", "api key"]
