@@ -2,7 +2,9 @@
 
 Writes ``benchmarks/results.json``, the generated part of ``docs/benchmarks.md``
 (between the ``<!-- results -->`` markers) and the scale sheet of ``docs/scaling.md``
-(between the ``<!-- scale -->`` markers, from the gateway suite). ``--quick`` uses tiny
+(between the ``<!-- scale -->`` markers, from the gateway suite; its resume and failover
+rows between the ``<!-- failover -->`` markers, from the failover suite; the broker rows
+between the ``<!-- brokers -->`` markers, from the brokers suite). ``--quick`` uses tiny
 sizes; ``--only bus,websocket`` runs those suites and keeps the others' last results
 (each suite's date is recorded).
 """
@@ -20,10 +22,12 @@ from typing import Any
 
 from benchmarks import (
     bench_approvals,
+    bench_brokers,
     bench_bus,
     bench_callbacks,
     bench_chat,
     bench_chat_agents,
+    bench_failover,
     bench_gateway,
     bench_integrations,
     bench_memory,
@@ -51,9 +55,11 @@ SUITES: list[tuple[str, Any]] = [
     ("websocket", bench_ws),
     ("misbehaving", bench_misbehaving),
     ("gateway", bench_gateway),
+    ("failover", bench_failover),
     ("redis", bench_redis),
     ("nats", bench_nats),
     ("postgres", bench_postgres),
+    ("brokers", bench_brokers),
     ("approvals", bench_approvals),
     ("chat", bench_chat),
     ("chat_agents", bench_chat_agents),
@@ -140,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
             scaling = ROOT / "docs" / "scaling.md"
             if not bench_gateway.write_sheet(results["gateway"], env, scaling):
                 print(f"{scaling} has no scale markers; not updated", file=sys.stderr)
+        if not args.quick and "brokers" in chosen:
+            scaling = ROOT / "docs" / "scaling.md"
+            if not bench_brokers.write_sheet(results["brokers"], scaling):
+                print(f"{scaling} has no brokers markers; not updated", file=sys.stderr)
+        if not args.quick and "failover" in chosen:
+            scaling = ROOT / "docs" / "scaling.md"
+            if not bench_failover.write_sheet(results["failover"], env, scaling):
+                print(f"{scaling} has no failover markers; not updated", file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@ import gc
 import math
 import statistics
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -133,3 +134,15 @@ def shown(row: dict[str, Any], key: str = "ratio") -> str:
     low, high = row.get(f"{key}_min"), row.get(f"{key}_max")
     spread = "" if low is None or high is None else f" ({low:.2f}–{high:.2f})"
     return f"**{row[key]:.2f}×**{spread}"
+
+
+def write_between(doc: Path, start: str, end: str, text: str) -> bool:
+    """Replace what ``doc`` has between the markers ``start`` and ``end`` with ``text``;
+    False (the file untouched) when it lacks them."""
+    current = doc.read_text()
+    if start not in current or end not in current:
+        return False
+    head, rest = current.split(start, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{start}\n{text}{end}{tail}")
+    return True

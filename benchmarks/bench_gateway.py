@@ -26,11 +26,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import compare
+from benchmarks._common import compare, write_between
 from benchmarks._processes import ROOT, start_server
 
-TRANSPORTS = ("sse", "ws")
-NAMES = {"sse": "SSE", "ws": "WebSocket"}
+TRANSPORTS = ("sse", "ws", "chat")
+NAMES = {"sse": "SSE", "ws": "WebSocket", "chat": "ChatApp resumes"}
+#: Each row's two servers: toolstream's and the hand-rolled one it is measured beside
+#: (a chat's resume streams the run's parts over SSE: beside the hand-rolled SSE server).
+PAIRS = {
+    "sse": ("toolstream_sse", "handrolled_sse"),
+    "ws": ("toolstream_ws", "handrolled_ws"),
+    "chat": ("toolstream_chat", "handrolled_sse"),
+}
+#: The servers measured in alternation (a group's rounds interleave).
+GROUPS = (
+    ("toolstream_sse", "handrolled_sse", "toolstream_chat"),
+    ("toolstream_ws", "handrolled_ws"),
+)
 #: The figures of a run whose ratio (toolstream / hand-rolled) is reported.
 RATIOS = (
     "open_s",
@@ -82,12 +94,14 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for clients in sizes:
         idle = 0.5 if quick else (5.0 if clients < 10_000 else 10.0)
         wait = 1.0 if quick else 10.0  # for the shutdown to end every stream
-        for transport in TRANSPORTS:
-            pair = (f"toolstream_{transport}", f"handrolled_{transport}")
-            samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in pair}
+        samples: dict[str, list[dict[str, Any]]] = {}
+        for group in GROUPS:
             for _ in range(repeats):
-                for kind in pair:
-                    samples[kind].append(run_once(kind, clients, events, idle, wait))
+                for kind in group:
+                    one = run_once(kind, clients, events, idle, wait)
+                    samples.setdefault(kind, []).append(one)
+        for transport in TRANSPORTS:
+            pair = PAIRS[transport]
             row: dict[str, Any] = {"clients": clients, "transport": transport, "idle_s": idle}
             for kind in pair:
                 side = "toolstream" if kind.startswith("toolstream") else "handrolled"
@@ -174,11 +188,19 @@ def sheet(results: dict[str, Any], machine: dict[str, Any]) -> str:
         "uvicorn (h11, websockets-sansio): one server process, one client process, one "
         "session per client, every figure beside a hand-rolled Starlette server measured "
         f"in the same run (medians of {results['rounds']} alternating rounds; *ratio*: "
-        "toolstream / hand-rolled, the median of the rounds' ratios).",
+        "toolstream / hand-rolled, the median of the rounds' ratios). *ChatApp resumes*: "
+        "each client resumes a chat whose turn is under way (`GET /<chat>/stream`, "
+        "`useChat`'s `resume: true`) and gets its parts in the AI SDK's UI message "
+        "stream, beside the hand-rolled SSE server (the same samples as the SSE "
+        "columns); its latency counts from when each event was due, as its parts carry "
+        "no publish time.",
         "",
-        "| per gateway process | SSE toolstream | SSE hand-rolled | SSE ratio "
-        "| WebSocket toolstream | WebSocket hand-rolled | WebSocket ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| per gateway process | "
+        + " | ".join(
+            f"{NAMES[t]} toolstream | {NAMES[t]} hand-rolled | {NAMES[t]} ratio" for t in TRANSPORTS
+        )
+        + " |",
+        "|---|" + "---:|" * (3 * len(TRANSPORTS)),
     ]
 
     def cell(value: Any, fmt: str) -> str:
@@ -240,13 +262,7 @@ def sheet(results: dict[str, Any], machine: dict[str, Any]) -> str:
 
 def write_sheet(results: dict[str, Any], machine: dict[str, Any], doc: Path) -> bool:
     """Replace the generated part of ``doc`` (between the markers); False without them."""
-    current = doc.read_text()
-    if SHEET_START not in current or SHEET_END not in current:
-        return False
-    head, rest = current.split(SHEET_START, 1)
-    _, tail = rest.split(SHEET_END, 1)
-    doc.write_text(f"{head}{SHEET_START}\n{sheet(results, machine)}{SHEET_END}{tail}")
-    return True
+    return write_between(doc, SHEET_START, SHEET_END, sheet(results, machine))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_redis import PAYLOAD, broker_latency, broker_throughput
+from benchmarks.bench_redis import broker_latency, broker_throughput, check_complete, raw_event
 
 BATCH = 512
 
@@ -41,88 +41,96 @@ async def _toolstream_once(dsn: str, events: int) -> float:
     return await broker_throughput(PostgresBus(dsn, prefix=prefix, batch=BATCH), events, BATCH)
 
 
-async def _raw_once(dsn: str, events: int) -> float:
-    import psycopg
-
-    table = f"raw{uuid.uuid4().hex[:8]}"
-    channel = f"{table}_events"
-    writer = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    reader = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    listener = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    await writer.execute(
+async def raw_create(conn: Any, table: str) -> None:
+    """The raw peer's table."""
+    await conn.execute(
         f"CREATE TABLE {table} (session text, seq bigint, blob text, "
         "written_at timestamptz DEFAULT now(), PRIMARY KEY (session, seq))"
     )
-    await listener.execute(f"LISTEN {channel}")
-    select = f"SELECT seq, blob FROM {table} WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s"
+
+
+async def raw_publish(writer: Any, table: str, events: int, start: int = 0) -> None:
+    """Raw psycopg publishing events ``start`` to ``events - 1`` (seq ``start + 1``...):
+    per batch of ``BATCH``, one INSERT of arrays and a NOTIFY in a transaction,
+    pipelined."""
     # Arrays in binary (%b): in text format psycopg escapes every quote of the JSON.
     insert = (
         f"INSERT INTO {table} (session, seq, blob) "
         "SELECT %s, * FROM unnest(%b::bigint[], %b::text[])"
     )
-    got = 0
+    seq = start
+    for first in range(start, events, BATCH):
+        seqs, blobs = [], []
+        for i in range(first, min(first + BATCH, events)):
+            seq += 1
+            seqs.append(seq)
+            blobs.append(json.dumps(raw_event(i), separators=(",", ":")))
+        async with writer.pipeline(), writer.transaction():
+            await writer.execute(insert, ("bench", seqs, blobs))
+            await writer.execute("SELECT pg_notify(%s, %s)", (f"{table}_events", "bench"))
+
+
+async def raw_consume(
+    listener: Any, reader: Any, table: str, events: int, ready: asyncio.Event | None = None
+) -> list[dict[str, Any]]:
+    """Raw psycopg reading: LISTEN on one connection and, when notified, SELECT of
+    ``BATCH`` after a cursor on another, ``json.loads`` of each row, until ``events``
+    came; what came. ``ready`` is set once it listens."""
+    await listener.execute(f"LISTEN {table}_events")
+    if ready is not None:
+        ready.set()
+    select = f"SELECT seq, blob FROM {table} WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s"
+    received: list[dict[str, Any]] = []
     notified = asyncio.Event()
 
     async def listen() -> None:
         async for _ in listener.notifies():
             notified.set()
 
-    async def consume() -> None:
-        nonlocal got
-        cursor = 0
-        received = []
-        while got < events:
+    listening = asyncio.create_task(listen())
+    cursor = 0
+    try:
+        while len(received) < events:
             notified.clear()
             cur = await reader.execute(select, ("bench", cursor, BATCH))
             rows = await cur.fetchall()
             for _, blob in rows:
                 received.append(json.loads(blob))
-            got += len(rows)
             if rows:
                 cursor = rows[-1][0]
-            if len(rows) < BATCH and got < events:
+            if len(rows) < BATCH and len(received) < events:
                 try:
                     await asyncio.wait_for(notified.wait(), 5)
                 except TimeoutError:
                     pass
+    finally:
+        listening.cancel()
+        try:
+            await listening
+        except asyncio.CancelledError:
+            pass
+    return received
 
-    listening = asyncio.create_task(listen())
-    consumer = asyncio.create_task(consume())
-    await asyncio.sleep(0.05)
+
+async def _raw_once(dsn: str, events: int) -> float:
+    import psycopg
+
+    table = f"raw{uuid.uuid4().hex[:8]}"
+    writer = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    reader = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    await raw_create(writer, table)
+    ready = asyncio.Event()
+    consumer = asyncio.create_task(raw_consume(listener, reader, table, events, ready))
+    await ready.wait()
     start = time.perf_counter()
-    ts_now = time.time
-    seq = 0
-    for first in range(0, events, BATCH):
-        seqs, blobs = [], []
-        for i in range(first, min(first + BATCH, events)):
-            event = {
-                "v": 1,
-                "type": "tool.progress",
-                "session": "bench",
-                "ts": ts_now(),
-                "call_id": "c",
-                "tool": "bench",
-                "current": i,
-                **PAYLOAD,
-            }
-            seq += 1
-            seqs.append(seq)
-            blobs.append(json.dumps(event, separators=(",", ":")))
-        async with writer.pipeline(), writer.transaction():
-            await writer.execute(insert, ("bench", seqs, blobs))
-            await writer.execute("SELECT pg_notify(%s, %s)", (channel, "bench"))
-    await consumer
+    await raw_publish(writer, table, events)
+    received = await consumer
     elapsed = time.perf_counter() - start
-    listening.cancel()
-    try:
-        await listening
-    except asyncio.CancelledError:
-        pass
     await writer.execute(f"DROP TABLE {table}")
     for conn in (writer, reader, listener):
         await conn.close()
-    if got != events:
-        raise AssertionError(f"raw delivered {got} of {events}")
+    check_complete("raw", [e["current"] for e in received], events)
     return events / elapsed
 
 

@@ -23,20 +23,21 @@ from benchmarks._processes import wait_for_go
 from toolstream.sse import SSEApp
 
 
-def open_bus(url: str, prefix: str) -> Any:
-    """The broker bus ``url`` names."""
+def open_bus(url: str, prefix: str, **options: Any) -> Any:
+    """The broker bus ``url`` names (``options``: the bus's, e.g. ``replay``)."""
     if url.startswith(("postgresql://", "postgres://")):
         from toolstream.postgres import PostgresBus
 
-        return PostgresBus(url, prefix=prefix)
+        return PostgresBus(url, prefix=prefix, **options)
     if url.startswith("nats://"):
         from toolstream.nats import NatsBus
 
         servers = url.split(",")
-        return NatsBus(servers, prefix=prefix, replicas=3 if len(servers) == 3 else 1)
+        replicas = 3 if len(servers) == 3 else 1
+        return NatsBus(servers, prefix=prefix, replicas=replicas, **options)
     from toolstream.redis import RedisBus
 
-    return RedisBus(url, prefix=prefix)
+    return RedisBus(url, prefix=prefix, **options)
 
 
 def gateway(port: int, url: str, prefix: str) -> None:

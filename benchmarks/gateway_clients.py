@@ -40,8 +40,9 @@ from benchmarks.gateway_server import raise_fd_limit
 CONCURRENCY = 256
 #: Seconds allowed for a shutdown to end every stream.
 SHUTDOWN_WAIT = 10.0
-#: A progress event's ts and message ("<round> <due>"), in the order both servers write.
-PROGRESS = re.compile(rb'"ts":([0-9.e+]+),[^\n]*?"message":"(\d+) ([0-9.]+)"')
+#: A progress event's ts and message ("<round> <due>"), in the order both servers write
+#: (a chat's AI SDK part has no ts: its latency is counted from when it was due).
+PROGRESS = re.compile(rb'(?:"ts":([0-9.e+]+),[^\n]*?)?"message":"(\d+) ([0-9.]+)"')
 
 
 def rss_bytes(pid: int) -> int:
@@ -86,10 +87,11 @@ class Run:
 class Client(asyncio.Protocol):
     """One raw connection: SSE, or a WebSocket."""
 
-    def __init__(self, run: Run, k: int, ws: bool) -> None:
+    def __init__(self, run: Run, k: int, ws: bool, chat: bool = False) -> None:
         self.run = run
         self.k = k
         self.ws = ws
+        self.chat = chat
         self.buf = b""
         self.head = False
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -107,6 +109,8 @@ class Client(asyncio.Protocol):
                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
                 "Sec-WebSocket-Version: 13\r\n\r\n"
             )
+        elif self.chat:  # a chat's resume (useChat's resume: true)
+            request = f"GET /c{self.k}/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         else:
             request = f"GET /?session=c{self.k} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         transport.write(request.encode())
@@ -150,7 +154,7 @@ class Client(asyncio.Protocol):
         complete, self.buf = buf[:end], buf[end + 2 :]
         for match in PROGRESS.finditer(complete):
             ts, round_, due = match.groups()
-            self.run.got(self, float(ts), int(round_), float(due), now)
+            self.run.got(self, float(ts or due), int(round_), float(due), now)
 
     def frames(self, data: bytes, now: float) -> None:
         buf = self.buf + data
@@ -239,13 +243,16 @@ async def measure(
     loop = asyncio.get_running_loop()
     run = Run(clients, rounds)
     ws = kind.endswith("_ws")
+    chat = kind.endswith("_chat")
     gate = asyncio.Semaphore(CONCURRENCY)
     opened_at: list[float] = []
     conns: list[Client] = []
 
     async def open_one(k: int) -> None:
         async with gate:
-            _, client = await loop.create_connection(lambda: Client(run, k, ws), "127.0.0.1", port)
+            _, client = await loop.create_connection(
+                lambda: Client(run, k, ws, chat), "127.0.0.1", port
+            )
             conns.append(client)
             await client.opened
             opened_at.append(time.perf_counter())

@@ -14,6 +14,7 @@ way uvicorn does (toolstream's streams must end; the hand-rolled ones do not).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import os
@@ -28,7 +29,7 @@ import uvicorn
 
 import toolstream as ts
 
-KINDS = ("toolstream_sse", "handrolled_sse", "toolstream_ws", "handrolled_ws")
+KINDS = ("toolstream_sse", "handrolled_sse", "toolstream_ws", "handrolled_ws", "toolstream_chat")
 #: Seconds between keepalives on an idle stream, on both sides: longer than a run's idle
 #: window, so that what is measured idle is what holding a client costs (a keepalive is
 #: a small write, priced like an event; toolstream's default is every 15 s).
@@ -55,17 +56,34 @@ async def next_item(queue: asyncio.Queue[tuple[str, str]]) -> tuple[str, str]:
 
 
 def toolstream_app(kind: str, clients: int) -> tuple[Any, Publish]:
-    """The app and a ``publish(k, message)`` of session ``c<k>``'s progress."""
+    """The app and a ``publish(k, message)`` of session ``c<k>``'s progress. For
+    ``toolstream_chat``, each session's call runs in an open run: a chat's turn, which
+    the clients resume (``GET /c<k>/stream``)."""
     bus = ts.EventBus()
     calls = []
-    for k in range(clients):
-        call = ts.Tracker(bus, f"c{k}").create("bench")
+
+    def open_call(tracker: ts.Tracker) -> ts.CallHandle:
+        if kind == "toolstream_chat":
+            tracker.run().__enter__()  # the turn under way, for the whole benchmark
+        call = tracker.create("bench")
         call.start()
-        calls.append(call)
+        return call
+
+    for k in range(clients):
+        # Each session's turn in a context of its own, as a server's turns run in tasks
+        # of their own (runs entered one after another in one context would nest).
+        calls.append(contextvars.copy_context().run(open_call, ts.Tracker(bus, f"c{k}")))
 
     def publish(k: int, message: str) -> None:
         calls[k].progress(0.5, message=message)
 
+    if kind == "toolstream_chat":
+        from toolstream.chat import ChatApp
+
+        async def no_turns(request: Any) -> Any:
+            raise AssertionError("the benchmark's clients only resume")
+
+        return ChatApp(bus, no_turns, heartbeat=HEARTBEAT), publish
     if kind == "toolstream_sse":
         from toolstream.sse import SSEApp
 

@@ -196,7 +196,7 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     from benchmarks.__main__ import machine
 
     results = bench_gateway.run(quick=True)
-    assert set(results["rows"]) == {"sse_200", "ws_200"}
+    assert set(results["rows"]) == {"sse_200", "ws_200", "chat_200"}
     for row in results["rows"].values():
         for side in ("toolstream", "handrolled"):
             assert row[f"{side}_delivered"] == 200 * results["events_per_client"]
@@ -209,3 +209,86 @@ def test_gateway_benchmark_runs_reports_and_writes_the_sheet(tmp_path: Path) -> 
     text = doc.read_text()
     assert "old" not in text and text.startswith("before") and text.endswith("after\n")
     assert "200 clients at 1 event/s each: p99 latency" in text
+
+
+def test_the_counting_proxy_counts_bytes_each_way_and_round_trips() -> None:
+    """Two requests answered one after the other: two round trips; a reply in two
+    writes is still one."""
+    import asyncio
+
+    from benchmarks.bench_brokers import CountingProxy
+
+    async def main() -> dict[str, int]:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(100):
+                writer.write(data[:2])
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(data[2:])
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with CountingProxy(port) as proxy:
+            assert proxy.url(f"redis://127.0.0.1:{port}/0") == f"redis://127.0.0.1:{proxy.port}/0"
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            for request in (b"hello", b"world!"):
+                writer.write(request)
+                await writer.drain()
+                assert await reader.readexactly(len(request)) == request
+            writer.close()
+            await asyncio.sleep(0.05)
+            counts = proxy.snapshot()
+        server.close()
+        await server.wait_closed()
+        return counts
+
+    assert asyncio.run(main()) == {"round_trips": 2, "bytes_up": 11, "bytes_down": 11}
+
+
+def test_brokers_benchmark_runs_and_writes_its_rows_in_the_sheet(tmp_path: Path) -> None:
+    """Each broker bus and its raw peer, published and delivered, every event checked
+    (the run fails otherwise); the rows go into the scale sheet between their markers."""
+    from benchmarks import bench_brokers
+    from tests.nats_server import require_nats
+    from tests.postgres_server import require_postgres
+    from tests.redis_server import require_redis
+
+    require_redis()
+    require_nats()
+    require_postgres()
+    results = bench_brokers.run(quick=True)
+    for broker in bench_brokers.BROKERS:
+        for mode in ("", "_trickle"):
+            for side in ("toolstream", "raw"):  # at least the event's JSON
+                assert results[broker][f"{side}_published{mode}"]["bytes_up"] > 100
+                assert results[broker][f"{side}_delivered{mode}"]["bytes_down"] > 100
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"before\n{bench_brokers.SHEET_START}\nold\n{bench_brokers.SHEET_END}\nafter\n")
+    assert bench_brokers.write_sheet(results, doc)
+    text = doc.read_text()
+    assert "old" not in text and text.startswith("before") and text.endswith("after\n")
+    assert "| NatsBus (nats-py raw): delivered to one subscriber, one at a time |" in text
+    assert "Broker round trips" in bench_brokers.report(results)
+
+
+def test_failover_benchmark_runs_reports_and_writes_its_rows(tmp_path: Path) -> None:
+    """On Redis: a resume after missed events and a gateway killed under its clients,
+    every client getting every event exactly once (the run fails otherwise); the rows
+    are written between their markers."""
+    from benchmarks import bench_failover
+    from benchmarks.__main__ import machine
+    from tests.redis_server import require_redis
+
+    require_redis()
+    results = bench_failover.run(quick=True, brokers=("redis",))
+    redis = results["redis"]
+    assert redis["resume"]["200"]["resume_s_ms_per_1000"] > 0
+    assert redis["failover"]["back_p99_ms"] >= redis["failover"]["back_p50_ms"] > 0
+    assert "RedisBus" in bench_failover.report(results)
+    doc = tmp_path / "scaling.md"
+    doc.write_text(f"a\n{bench_failover.SHEET_START}\nold\n{bench_failover.SHEET_END}\nb\n")
+    assert bench_failover.write_sheet(results, machine(), doc)
+    text = doc.read_text()
+    assert "old" not in text and "failover: kill → first event again, p99" in text

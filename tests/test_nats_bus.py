@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -171,6 +172,17 @@ async def test_session_names_never_cross(nats_server: NatsServer) -> None:
             await sub.aclose()
 
 
+async def _published(bus: Any, n: int) -> list[Any]:
+    """Start ``bus``, publish ``n`` progress events of session ``"s"``, flush them."""
+    await bus.start()
+    events = [
+        bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+        for i in range(n)
+    ]
+    await bus.flush(timeout=5)
+    return events
+
+
 async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> None:
     """An acknowledgement can be lost after JetStream stored the message: writing the
     same batch again finds each message at the sequence it asked for and writes nothing
@@ -179,12 +191,7 @@ async def test_a_retried_batch_is_not_written_twice(nats_server: NatsServer) -> 
 
     bus = make_bus(nats_server)
     try:
-        await bus.start()
-        events = [
-            bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
-            for i in range(5)
-        ]
-        await bus.flush(timeout=5)
+        events = await _published(bus, 5)
         writer = bus.broker.writer
         writer._written.clear()  # as if their acknowledgements had been lost
         for ev in events:
@@ -222,6 +229,72 @@ async def test_one_writer_interleaving_sessions_keeps_the_ids_it_returned(
             assert [e.id for e in got] == [e.id for e in published if e.session == session]
             await sub.aclose()
         assert bus.stats.renumbered == 0
+    finally:
+        await bus.aclose()
+
+
+async def test_a_pipeline_pins_its_messages_with_two_headers_and_older_ones_are_read(
+    nats_server: NatsServer,
+) -> None:
+    """A pipeline's first message asks for its sequence, each later one for its
+    predecessor as the stream's last message (two headers each); what the previous
+    version wrote (three headers per message) is read as before: readers never look at
+    headers."""
+    bus = make_bus(nats_server)
+    try:
+        events = await _published(bus, 4)
+        js = await bus.broker.conn.ready()
+        stored = [await js.get_msg(bus.prefix, seq=i + 1) for i in range(4)]
+        ids = [f"{bus.token}:{e.id}" for e in events]
+        assert stored[0].headers == {"Nats-Msg-Id": ids[0], "Nats-Expected-Last-Sequence": "0"}
+        for k in (1, 2, 3):
+            assert stored[k].headers == {
+                "Nats-Msg-Id": ids[k],
+                "Nats-Expected-Last-Msg-Id": ids[k - 1],
+            }
+        # The previous version's writer: every message asked for its sequence too.
+        subject = stored[0].subject
+        for k, n in enumerate((5, 6)):
+            headers = {"Nats-Msg-Id": f"old:{n}", "Nats-Expected-Last-Sequence": str(n - 1)}
+            if k:
+                headers["Nats-Expected-Last-Msg-Id"] = f"old:{n - 1}"
+            ack = await js.publish(subject, stored[k].data, headers=headers)
+            assert ack.seq == n
+        async with bus.subscribe(session="s", after=events[0].id) as sub:
+            got = await take(sub, 5)
+        assert [int(e.id.rpartition("-")[2]) for e in got] == [2, 3, 4, 5, 6]
+        assert [e.current for e in got] == [1, 2, 3, 0, 1]
+    finally:
+        await bus.aclose()
+
+
+async def test_a_reader_whose_consumer_is_deleted_goes_on_from_its_cursor(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends the open pull request when its consumer is deleted (409): the
+    reader makes it again from its cursor; nothing is lost or delivered twice."""
+    caplog.set_level(logging.INFO, logger="toolstream.nats")
+    bus = make_bus(nats_server)
+    try:
+        async with bus.subscribe(session="s") as sub:
+            await sub.prepare()
+            first = [
+                bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                for i in range(20)
+            ]
+            assert [e.id for e in await take(sub, 20)] == [e.id for e in first]
+            js = await bus.broker.conn.ready()
+            consumers = await js.consumers_info(bus.prefix)
+            assert consumers
+            for info in consumers:
+                await js.delete_consumer(bus.prefix, info.name)
+            then = [
+                bus.publish(ts.ToolProgress, session="s", call_id="c", tool="t", current=i)
+                for i in range(20, 40)
+            ]
+            assert [e.id for e in await take(sub, 20)] == [e.id for e in then]
+            assert sub.reconnects == 0  # the reader's own matter, not the subscription's
+        assert "lost its consumer" in caplog.text and "Consumer Deleted" in caplog.text
     finally:
         await bus.aclose()
 

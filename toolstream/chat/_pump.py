@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import aclosing
 from typing import Any
-
-import anyio
 
 from toolstream import (
     ApprovalRequested,
@@ -23,6 +22,7 @@ from toolstream import (
 from toolstream import _serving as serving
 from toolstream.dialects import Encoder, WireMessage
 from toolstream.dialects._framing import RunFramedDialect
+from toolstream.dialects._pump import beats
 from toolstream.dialects.ai_sdk import AISDK
 from toolstream.sse._app import encode_frame
 
@@ -110,57 +110,58 @@ class Pump:
         dialect = encoder.dialect
         assert isinstance(dialect, RunFramedDialect)
         deadline = None if self.started else time.monotonic() + self.start_timeout
-        batches = self.sub.batches()
+
+        def wait() -> float:
+            if deadline is None:
+                return self.heartbeat
+            return min(self.heartbeat, max(0.0, deadline - time.monotonic()))
+
+        # One timer per response, not a cancel scope per wait (see beats()).
+        paced = beats(self.sub, self.sub.batches(), wait)
         try:
-            while True:
-                wait = self.heartbeat
-                if deadline is not None:
-                    wait = min(wait, max(0.0, deadline - time.monotonic()))
-                batch: list[Event] | None = None
-                with anyio.move_on_after(wait):
-                    try:
-                        batch = await batches.__anext__()
-                    except StopAsyncIteration:
-                        break
-                if batch is None:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        text = "the agent did not start its run in time"
-                        await _write(send, frames(encoder, dialect.fail(text, "NoStart")))
-                        return
+            async with aclosing(paced):
+                async for batch in paced:
+                    if batch is None:
+                        if deadline is not None and time.monotonic() >= deadline:
+                            text = "the agent did not start its run in time"
+                            await _write(send, frames(encoder, dialect.fail(text, "NoStart")))
+                            return
+                        if self.prime is None:
+                            await _write(send, [_PING])
+                        continue
+                    out: list[bytes] = []
+                    ends = -1  # where a wait for a person ends the response
                     if self.prime is None:
-                        await _write(send, [_PING])
-                    continue
-                out: list[bytes] = []
-                ends = -1  # where a wait for a person ends the response
-                if self.prime is None:
-                    sent = batch
-                else:
-                    sent = [event for event in batch if not self._primed(event)]
-                # Approvals are rare: the batch is looked at for them once.
-                decisions = [e for e in sent if isinstance(e, _DECISIONS)]
-                if decisions:
-                    settled = {e.approval_id for e in decisions if isinstance(e, ApprovalResolved)}
+                        sent = batch
+                    else:
+                        sent = [event for event in batch if not self._primed(event)]
+                    # Approvals are rare: the batch is looked at for them once.
+                    decisions = [e for e in sent if isinstance(e, _DECISIONS)]
+                    if decisions:
+                        settled = {
+                            e.approval_id for e in decisions if isinstance(e, ApprovalResolved)
+                        }
+                        for k, event in enumerate(sent):
+                            if (
+                                isinstance(event, ApprovalRequested)
+                                and self._asks(event)
+                                and event.approval_id not in settled
+                            ):
+                                ends = k
                     for k, event in enumerate(sent):
-                        if (
-                            isinstance(event, ApprovalRequested)
-                            and self._asks(event)
-                            and event.approval_id not in settled
-                        ):
-                            ends = k
-                for k, event in enumerate(sent):
-                    if ends >= 0 and k > ends:
-                        break  # after the wait: the continuation sends it
-                    out.extend(map(encode_frame, encoder.encode(event)))
-                    if isinstance(event, _TRACKED):
-                        self._track(event)
-                if out:
-                    deadline = None
-                if self.waiting and self.prime is None:
-                    out += frames(encoder, dialect.pause())
-                    await _write(send, out)
-                    return
-                if out:
-                    await _write(send, out)
+                        if ends >= 0 and k > ends:
+                            break  # after the wait: the continuation sends it
+                        out.extend(map(encode_frame, encoder.encode(event)))
+                        if isinstance(event, _TRACKED):
+                            self._track(event)
+                    if out:
+                        deadline = None
+                    if self.waiting and self.prime is None:
+                        out += frames(encoder, dialect.pause())
+                        await _write(send, out)
+                        return
+                    if out:
+                        await _write(send, out)
         except SlowConsumer as exc:
             logger.info("cutting a slow chat client: %s", exc)
             return

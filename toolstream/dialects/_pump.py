@@ -14,7 +14,7 @@ may be shared is the encoder's decision (:meth:`Encoder.shares`), never the cach
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -26,7 +26,7 @@ from toolstream._core.wake import current_backend
 from ._base import EncodedFrame, Encoder
 from .native import Native
 
-__all__ = ["FrameCache", "Pump", "WireFormat"]
+__all__ = ["FrameCache", "Pump", "WireFormat", "beats"]
 
 T = TypeVar("T")
 #: (dialect name, session, event id): a broker bus's ids are per session.
@@ -194,12 +194,7 @@ class Pump(Generic[T]):
 
         ``SlowConsumer`` (the subscription was cut) and ``DialectError`` propagate.
         Use with ``contextlib.aclosing`` so that stopping early releases it at once.
-
-        The heartbeat costs nothing per event on asyncio: one timer per stream, moved
-        on only when it fires (an idle stream's wait is then nudged to end, see
-        ``Subscription._nudge``), rather than a cancel scope and a timer per wait — at
-        10,000 clients of one event a second each, those were the stream's largest
-        cost after the write itself. On trio, a cancel scope per wait.
+        The heartbeat costs nothing per event on asyncio (see :func:`beats`).
         """
         first = self.opening()
         if first:
@@ -211,78 +206,71 @@ class Pump(Generic[T]):
                 if chunk:
                     yield chunk
         else:
-            beats = (
-                self._beating(batches, heartbeat)
-                if current_backend() == "asyncio"
-                else self._timed(batches, heartbeat)
-            )
-            async with aclosing(beats):
-                async for part in beats:
-                    yield part
+            interval = heartbeat
+            paced = beats(self.subscription, batches, lambda: interval)
+            async with aclosing(paced):
+                async for part in paced:
+                    if part is None:
+                        yield None
+                        continue
+                    chunk = self.encode(part)
+                    if chunk:
+                        yield chunk
         last = self.closing()
         if last:
             yield last
 
-    async def _beating(
-        self, batches: AsyncIterator[list[Event]], heartbeat: float
-    ) -> AsyncGenerator[list[T] | None, None]:
-        """The chunks, with ``None`` after ``heartbeat`` seconds of waiting (asyncio):
-        one timer, which moves itself on to ``heartbeat`` after the last wait began
-        when it fires early, and nudges the subscription when it is due."""
-        loop = asyncio.get_running_loop()
-        sub = self.subscription
-        since = loop.time()  # when the wait under way (or the next) began
-        # The timer pending, if any (None once it nudged, until the pump sees the nudge).
-        timer: list[asyncio.TimerHandle | None] = [None]
 
-        def beat() -> None:
-            due = since + heartbeat
-            if loop.time() < due:
-                timer[0] = loop.call_at(due, beat)
-            else:
-                timer[0] = None
-                sub._nudge()
+async def beats(
+    sub: Subscription[Any], batches: AsyncIterator[list[Event]], wait: Callable[[], float]
+) -> AsyncGenerator[list[Event] | None, None]:
+    """The batches of ``sub`` (``batches``: its ``batches()``), and ``None`` whenever
+    ``wait()`` seconds go by without one (asked when each wait begins: after the last
+    batch or ``None`` was handled).
 
-        timer[0] = loop.call_at(since + heartbeat, beat)
-        try:
-            async for batch in batches:
-                if not batch:  # nudged: a heartbeat is due, or was when the timer fired
-                    if loop.time() - since >= heartbeat:
-                        yield None
-                        since = loop.time()
-                    if timer[0] is None:
-                        timer[0] = loop.call_at(since + heartbeat, beat)
-                    continue
-                chunk = self.encode(batch)
-                if chunk:
-                    yield chunk
-                since = loop.time()
-        finally:
-            pending = timer[0]
-            if pending is not None:
-                pending.cancel()
-
-    async def _timed(
-        self, batches: AsyncIterator[list[Event]], heartbeat: float
-    ) -> AsyncGenerator[list[T] | None, None]:
-        """The chunks, with ``None`` after ``heartbeat`` seconds of waiting: a cancel
-        scope per wait (any backend)."""
+    On asyncio this costs nothing per batch: one timer per stream, moved on only when
+    it fires early, which nudges the subscription when the wait is due (its wait under
+    way hands out ``[]``, see ``Subscription._nudge``) — rather than a cancel scope and
+    a timer per wait, which at 10,000 clients of one event a second each were a
+    stream's largest cost after the write itself. On trio, a cancel scope per wait.
+    """
+    if current_backend() != "asyncio":
         while True:
             batch: list[Event] | None = None
-            ended = False
-            with anyio.move_on_after(heartbeat):
+            with anyio.move_on_after(wait()):
                 try:
                     batch = await batches.__anext__()
                 except StopAsyncIteration:
-                    ended = True
-            if ended:
-                return
-            if batch is None:
-                yield None
+                    return
+            yield batch
+    loop = asyncio.get_running_loop()
+    due = loop.time() + wait()  # when the wait under way (or the next) is due
+    # The timer pending, if any (None once it nudged, until the nudge is seen).
+    timer: list[asyncio.TimerHandle | None] = [None]
+
+    def beat() -> None:
+        if loop.time() < due:
+            timer[0] = loop.call_at(due, beat)
+        else:
+            timer[0] = None
+            sub._nudge()
+
+    timer[0] = loop.call_at(due, beat)
+    try:
+        async for batch in batches:
+            if not batch:  # nudged: the wait is due, or was when the timer fired
+                if loop.time() >= due:
+                    yield None
+                    due = loop.time() + wait()
+                if timer[0] is None:
+                    timer[0] = loop.call_at(due, beat)
                 continue
-            chunk = self.encode(batch)
-            if chunk:
-                yield chunk
+            yield batch
+            due = loop.time() + wait()
+    finally:
+        pending = timer[0]
+        if pending is not None:
+            pending.cancel()
 
 
 class FrameFormat:

@@ -9,7 +9,7 @@ import base64
 import hashlib
 import logging
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -31,6 +31,7 @@ from nats.js.kv import KeyValue  # noqa: E402
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = [
+    "Ack",
     "Pipeline",
     "NATS_ERRORS",
     "RETRYABLE",
@@ -39,6 +40,7 @@ __all__ = [
     "Msg",
     "NatsClient",
     "js_api",
+    "add_consumer",
     "drop_consumer",
     "ephemeral_consumer",
     "kv_handle",
@@ -119,6 +121,14 @@ def api_code(exc: BaseException) -> int | None:
     return int(code) if isinstance(code, int) else None
 
 
+class Ack(NamedTuple):
+    """A message's acknowledgement: where it was stored, and whether the server had it
+    already (its ``Nats-Msg-Id`` within the deduplication window)."""
+
+    seq: int
+    duplicate: bool
+
+
 class Pipeline:
     """Publishes to JetStream without waiting for each acknowledgement: ``send`` puts
     the message on the connection in call order and returns a future of its ack (or of
@@ -128,12 +138,13 @@ class Pipeline:
     def __init__(self, nc: NatsClient) -> None:
         self._nc = nc
         self._prefix: str | None = None
-        self._futures: dict[str, asyncio.Future[js_api.PubAck]] = {}
+        self._futures: dict[str, asyncio.Future[Ack]] = {}
+        self._bound = 1024  # prune futures nobody will answer past this many
         self._n = 0
 
     async def send(
         self, subject: str, payload: bytes, headers: dict[str, str]
-    ) -> asyncio.Future[js_api.PubAck]:
+    ) -> asyncio.Future[Ack]:
         """Publish one message; the future of its acknowledgement."""
         if self._prefix is None:
             prefix = self._nc.new_inbox()
@@ -141,9 +152,15 @@ class Pipeline:
             self._prefix = prefix
         self._n += 1
         token = str(self._n)
-        future: asyncio.Future[js_api.PubAck] = asyncio.get_running_loop().create_future()
-        self._futures[token] = future
-        future.add_done_callback(lambda _: self._futures.pop(token, None))
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        futures = self._futures
+        futures[token] = future
+        if len(futures) > self._bound:
+            # An answered future leaves at once; a cancelled one (its batch failed) stays
+            # until here: bounded without a done-callback per message.
+            for key in [key for key, f in futures.items() if f.done()]:
+                del futures[key]
+            self._bound = max(1024, 2 * len(futures))
         await self._nc.publish(subject, payload, reply=f"{self._prefix}.{token}", headers=headers)
         return future
 
@@ -168,7 +185,7 @@ class Pipeline:
             return
         err = resp.get("error")
         if err is None:
-            future.set_result(js_api.PubAck.from_response(resp))
+            future.set_result(Ack(int(resp.get("seq", 0)), bool(resp.get("duplicate"))))
             return
         code = err.get("code")
         kind: type[nats.js.errors.APIError] = nats.js.errors.APIError
@@ -235,12 +252,12 @@ def kv_handle(js: JetStreamContext, bucket: str) -> KeyValue:
     return KeyValue(name=bucket, stream=f"KV_{bucket}", pre=f"$KV.{bucket}.", js=js, direct=False)
 
 
-async def ephemeral_consumer(
+async def add_consumer(
     js: JetStreamContext, stream: str, subject: str, start: int, *, inactive: float, timeout: float
-) -> tuple[str, Any]:
-    """An ack-free pull consumer of ``subject`` from sequence ``start`` (memory storage,
-    the stream's replicas so that it survives a lost server, gone after ``inactive``
-    idle seconds) and its bound subscription: ``(name, subscription)``."""
+) -> str:
+    """Create an ack-free pull consumer of ``subject`` from sequence ``start`` (memory
+    storage, the stream's replicas so that it survives a lost server, gone after
+    ``inactive`` idle seconds); its name."""
     config = js_api.ConsumerConfig(
         filter_subject=subject,
         deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
@@ -251,12 +268,21 @@ async def ephemeral_consumer(
         num_replicas=0,  # the stream's
     )
     info = await js.add_consumer(stream, config, timeout=timeout)
+    return str(info.name)
+
+
+async def ephemeral_consumer(
+    js: JetStreamContext, stream: str, subject: str, start: int, *, inactive: float, timeout: float
+) -> tuple[str, Any]:
+    """The consumer :func:`add_consumer` makes, and nats-py's pull subscription bound
+    to it: ``(name, subscription)``."""
+    name = await add_consumer(js, stream, subject, start, inactive=inactive, timeout=timeout)
     try:
-        sub = await js.pull_subscribe_bind(info.name, stream=stream)
+        sub = await js.pull_subscribe_bind(name, stream=stream)
     except BaseException:
-        await drop_consumer(js, stream, None, info.name)
+        await drop_consumer(js, stream, None, name)
         raise
-    return info.name, sub
+    return name, sub
 
 
 async def drop_consumer(js: JetStreamContext | None, stream: str, sub: Any, name: str) -> None:

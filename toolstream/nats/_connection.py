@@ -95,8 +95,9 @@ class NatsConnection:
         #: Connections (re-)established so far: a reader's consumer made on an older
         #: one is gone.
         self.generation = 0
-        #: Set (and replaced) at each reconnection: wakes what waits on the old one.
-        self.reconnected = asyncio.Event()
+        #: Futures completed at the next reconnection: what waits on the old connection
+        #: (a reader's long poll) moves on.
+        self.wakeups: set[asyncio.Future[None]] = set()
         self.nc: NatsClient | None = None
         self.pipeline: Pipeline | None = None
         self._js: JetStreamContext | None = None
@@ -151,8 +152,10 @@ class NatsConnection:
         made again, what waits on the old connection moves on."""
         self._epoch_stale = True
         self.generation += 1
-        event, self.reconnected = self.reconnected, asyncio.Event()
-        event.set()
+        wakeups, self.wakeups = self.wakeups, set()
+        for future in wakeups:
+            if not future.done():
+                future.set_result(None)
 
     def in_thread(self, work: Callable[[ThreadLink], Awaitable[T]]) -> T:
         """Run ``work(link)`` on a connection of its own in a thread of its own (for the
@@ -257,7 +260,7 @@ class NatsConnection:
             return  # the connection lives in the loop that started first
         self._loop = loop
         self._up = asyncio.Event()
-        self.reconnected = asyncio.Event()
+        self.wakeups = set()
         self.nc = None
         self._js = None
         self._kv.clear()

@@ -1,12 +1,12 @@
 """NatsReader: one subscription's reads of a session's subject, through an ephemeral pull
-consumer made again from the cursor whenever it is lost (a server restart, a failover),
-or through direct gets while no consumer can be made."""
+consumer (read by :class:`~toolstream.nats._pull.Pull`) made again from the cursor
+whenever it is lost (a server restart, a failover), or through direct gets while no
+consumer can be made."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from toolstream._core.driver import Chunk
 
@@ -14,20 +14,23 @@ from ._common import (
     NATS_ERRORS,
     RETRYABLE,
     JetStreamContext,
+    add_consumer,
     drop_consumer,
-    ephemeral_consumer,
     nats,
 )
 from ._connection import NatsConnection
+from ._pull import Pull
 from ._reading import Message, NatsStore
 
 logger = logging.getLogger("toolstream.nats")
 
 __all__ = ["NatsReader"]
 
-#: How long a read waits for messages when none are buffered (a consumer with
-#: messages pending answers at once; this only bounds the wait when it has none).
+#: How long a read waits for messages when none are buffered and no consumer can be
+#: made (direct gets); a consumer's messages are pushed, so a read never waits for them.
 _READ_WAIT = 0.05
+#: How long a pull request stays open (the subscription's long poll).
+_POLL = 5.0
 
 
 class NatsReader:
@@ -52,7 +55,7 @@ class NatsReader:
         self._subject = conn.names.subject(session)
         self._replay = replay
         self._lease = lease
-        self._sub: Any = None
+        self._sub: Pull | None = None
         self._name = ""
         self._generation = 0
         self._epoch = ""
@@ -83,7 +86,7 @@ class NatsReader:
         try:
             await self._line_up(js, after)
             if not self._buffer:
-                await self._fill(js, after, count, _READ_WAIT)
+                await self._fill(js, after, count, 0.0 if self._sub else _READ_WAIT)
         except RETRYABLE:
             raise
         except NATS_ERRORS as exc:
@@ -147,8 +150,11 @@ class NatsReader:
             self._returned = after
             self._next = after + 1
             self._generation = self._conn.generation
+            nc = self._conn.nc
             try:
-                self._name, self._sub = await ephemeral_consumer(
+                if nc is None:
+                    raise nats.errors.ConnectionClosedError
+                self._name = await add_consumer(
                     js,
                     self._conn.names.stream,
                     self._subject,
@@ -159,7 +165,14 @@ class NatsReader:
             except RETRYABLE:
                 # No consumer now (a cluster electing its meta leader): what there is
                 # is read message by message meanwhile, and the consumer tried again.
-                self._sub = None
+                return
+            pull = Pull(nc, self._conn.names.stream, self._name)
+            try:
+                await pull.start()
+            except BaseException:
+                await drop_consumer(js, self._conn.names.stream, None, self._name)
+                raise
+            self._sub = pull
 
     async def _fill(self, js: JetStreamContext, after: int, count: int, timeout: float) -> bool:
         """Buffer what the consumer delivers in ``timeout`` (direct gets when there is no
@@ -174,24 +187,33 @@ class NatsReader:
             self._buffer = got
             self._next = got[-1][0] + 1
             return True
-        msgs = await self._fetch(count, timeout)
+        pull = self._sub
+        if not pull.messages:
+            await pull.ask(count, _POLL)
+            if timeout > 0:
+                # Bounded on our side too: a pull request lost in a failover may never
+                # be answered. A reconnection ends the wait (the consumer is then gone).
+                await pull.arrived(timeout, self._conn.wakeups)
+        if pull.gone:
+            raise nats.errors.Error(f"consumer {self._name}: {pull.gone}")
+        pending = pull.pending
+        msgs = pull.take()
         if not msgs:
             return False
         self._delay = 0.05
         first = True
-        for msg in msgs:
-            md = msg.metadata
-            seq = md.sequence.stream
+        buffer = self._buffer
+        for seq, data in msgs:
             if seq <= after:
                 continue
             if first:
                 first = False
-                if md.num_pending + len(msgs) >= self._replay // 2:
+                if pending + len(msgs) >= self._replay // 2:
                     ck = await self._store.checkpoint_of(self._session)
                     self._overtaken(after, ck, seq)
-            self._buffer.append((seq, msg.data))
-            self._next = seq + 1
-        return bool(self._buffer)
+            buffer.append((seq, data))
+        self._next = msgs[-1][0] + 1
+        return bool(buffer)
 
     def _overtaken(self, after: int, ck: int, first: int) -> None:
         """Whether a checkpoint purged messages between the cursor and ``first``: the
@@ -200,28 +222,6 @@ class NatsReader:
         self._ck = ck
         if after < ck < first:
             self._gap = ck
-
-    async def _fetch(self, count: int, timeout: float) -> list[Any]:
-        """Up to ``count`` messages in ``timeout`` (none: ``[]``), cut short when the
-        connection is made again."""
-        fetch = asyncio.ensure_future(self._sub.fetch(count, timeout=timeout))
-        again = asyncio.ensure_future(self._conn.reconnected.wait())
-        try:
-            # Bounded on our side too: a pull request lost in a failover may never be
-            # answered, and the library's own timeout has been seen not to fire then.
-            await asyncio.wait(
-                (fetch, again), timeout=timeout + 2.0, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            again.cancel()
-            if not fetch.done():
-                fetch.cancel()
-        if not fetch.done() or fetch.cancelled():
-            return []
-        try:
-            return list(fetch.result())
-        except (nats.errors.TimeoutError, TimeoutError):
-            return []
 
     async def _behind(self, after: int) -> bool:
         """Whether the session has a message past ``after``."""
@@ -237,8 +237,8 @@ class NatsReader:
         await asyncio.sleep(delay)
 
     async def _drop(self) -> None:
-        sub, self._sub = self._sub, None
+        pull, self._sub = self._sub, None
         self._buffer = []
-        if sub is not None:
+        if pull is not None:
             conn = self._conn
-            await drop_consumer(conn.current_js, conn.names.stream, sub, self._name)
+            await drop_consumer(conn.current_js, conn.names.stream, pull.subscription, self._name)

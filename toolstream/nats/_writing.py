@@ -1,9 +1,11 @@
 """NatsWriter: how the NATS driver appends — one stream for every session, so one
 sequence: the appends of a batch's sessions, started together, are written together in
-the order their events were numbered, pipelined, each message asking for its exact
-sequence (``Nats-Expected-Last-Sequence``). The stream's order is then the publisher's
-order even across a lost connection, and a retried message is recognised by its
-``Nats-Msg-Id`` at the sequence it asked for.
+the order their events were numbered, pipelined, each message landing at an exact
+sequence: the first of a pipeline asks for it (``Nats-Expected-Last-Sequence``), each
+later one asks that the stream's last message be its predecessor
+(``Nats-Expected-Last-Msg-Id``), which pins it to the next. The stream's order is then
+the publisher's order even across a lost connection, and a retried message is
+recognised by its ``Nats-Msg-Id`` at the sequence it asked for.
 
 Sequences are predicted: an event's number is the stream's next sequence as this
 process expects it (:meth:`NatsWriter.next_seq`); it is written where the stream
@@ -219,23 +221,29 @@ class NatsWriter:
             start = self._next
             pipeline = self._conn.pipeline
             assert pipeline is not None
+            subjects: dict[str, str] = {}
             try:
                 previous = ""
                 for n, (r, k) in enumerate(items[i:]):
                     rec = r.records[k]
                     msg_id = f"{r.token}:{rec.event.id}"
                     self._asked[msg_id] = start + n
-                    headers = {
-                        "Nats-Msg-Id": msg_id,
-                        "Nats-Expected-Last-Sequence": str(start + n - 1),
-                    }
                     if previous:
-                        # And the message before it is ours: had it failed while another
-                        # writer's message took its sequence, this one must fail too,
-                        # or it would be stored before its predecessor's retry.
-                        headers["Nats-Expected-Last-Msg-Id"] = previous
+                        # The stream's last message must be the one before it: had that
+                        # one failed while another writer's message took its sequence,
+                        # this one fails too (not stored before its predecessor's retry).
+                        # The server sets the last message id at every store, so this
+                        # also pins the sequence: start + n, as asking for it would.
+                        headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Msg-Id": previous}
+                    else:
+                        headers = {
+                            "Nats-Msg-Id": msg_id,
+                            "Nats-Expected-Last-Sequence": str(start - 1),
+                        }
                     previous = msg_id
-                    subject = names.subject(r.session)
+                    subject = subjects.get(r.session)
+                    if subject is None:
+                        subject = subjects[r.session] = names.subject(r.session)
                     futures.append(await pipeline.send(subject, rec.blob.encode(), headers))
                 results = await asyncio.wait_for(
                     asyncio.gather(*futures, return_exceptions=True), self._conn.connect_timeout
@@ -251,7 +259,7 @@ class NatsWriter:
                     break
                 rec = r.records[k]
                 self._asked.pop(f"{r.token}:{rec.event.id}", None)
-                seq = int(res.seq)
+                seq = res.seq
                 r.seqs[k] = seq
                 r.codes[k] = 1 if res.duplicate else (0 if seq == rec.seq else 3)
                 self._next = seq + 1
