@@ -138,10 +138,15 @@ async def fanout_raw(subscribers: int, events: int, *, drain: bool) -> float:
 
 
 def publish_toolstream(events: int) -> float:
-    """Seconds per tracked progress event (payload policy and summaries on)."""
+    """Seconds per tracked progress event (payload policy and summaries on), in the
+    steady state: the replay window is full before the timing starts, so every event
+    timed pays its share of trimming the window and folding what leaves it."""
     bus = ts.EventBus()
     call = ts.Tracker(bus, "s").create("t")
     call.start()
+    for _ in range(2 * bus.replay):  # past the first trim
+        call.progress(0.5, message="step")
+    assert bus._logs["s"].base > 0, "events have left the window: it is full"
     start = time.perf_counter()
     for _ in range(events):
         call.progress(0.5, message="step")
@@ -327,7 +332,10 @@ def report(results: dict[str, Any]) -> str:
         "",
         "### Publishing one tracked event vs a plain dict and one `send_nowait`",
         "",
-        "| backend | toolstream µs/event | raw µs/event | cost ratio (target ≤ 5×) |",
+        "Progress of a running call, timed once its session's replay window is full (each",
+        "event then pays its share of trimming the window and folding what leaves it).",
+        "",
+        "| backend | toolstream µs/event | raw µs/event | cost ratio (target ≤ 2×) |",
         "|---|---:|---:|---:|",
     ]
     for backend, row in results["publish"].items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import random
 import tracemalloc
 from typing import Any
 
@@ -658,3 +659,66 @@ async def test_a_subscription_awaited_by_two_tasks_ends_both_when_closed() -> No
             await anyio.sleep(0.05)
             sub.close()
     assert sorted(ended) == ["a", "b"]
+
+
+def test_a_resume_from_every_cursor_across_trims_sees_what_a_plain_list_gives() -> None:
+    """Trimming folds what leaves the window into the session's view, runs of progress
+    call by call (``_core/folding.py``). Around every trim, a resume from each cursor
+    gets exactly the events after it when they are still in the window, and otherwise a
+    reset holding the state before the window, then the window: a client that applies
+    it holds what one that got every event holds; and the bus's snapshot is that
+    state too."""
+    rng = random.Random(5)
+    bus = ts.EventBus(replay=8)  # trims from 40 events down to 8
+    tracker = ts.Tracker(bus, "s")
+    recorder = bus.subscribe(session="s")
+    everything: list[ts.Event] = []  # the plain list: every event, as published
+    handles: list[ts.CallHandle] = []
+    checked = 0
+
+    def check() -> None:
+        base = bus._logs["s"].base
+        whole = ts.LiveView(check_replays=False)
+        whole.fold(everything)
+        assert bus.snapshot("s") == whole.snapshot()
+        for i, cursor in enumerate(everything):
+            sub = bus.resume(session="s", after=cursor.id)
+            got = sub.take_nowait()
+            sub.close()
+            assert sub.origin is not None and sub.origin.state is not None
+            if i + 1 >= base:  # the events after it are in the window
+                assert [e.id for e in got] == [e.id for e in everything[i + 1 :]], i
+                upto = ts.LiveView(check_replays=False)
+                upto.fold(everything[: i + 1])
+                assert sub.origin.state == upto.snapshot(), i  # what the client has
+                continue
+            # Gone from the window: a reset, where the stream is now.
+            assert [type(e) for e in got] == [ts.StreamReset], i
+            reset = got[0]
+            assert isinstance(reset, ts.StreamReset)
+            assert reset.snapshot == whole.snapshot() == sub.origin.state, i
+            client = ts.LiveView()
+            client.fold(everything[: i + 1])
+            client.fold(got)
+            assert client.snapshot() == whole.snapshot(), i
+
+    with tracker.run(run_id="r1"):
+        for _ in range(400):
+            live = [h for h in handles if h.state is not None and not h.state.terminal]
+            roll = rng.random()
+            if roll < 0.05 or not live:
+                handles.append(tracker.create(rng.choice(["a", "b"])))
+                handles[-1].start()
+            elif roll < 0.85:
+                rng.choice(live).progress(rng.random(), message=rng.choice([None, "m1", "m2"]))
+            elif roll < 0.95:
+                rng.choice(live).output_delta(rng.choice(["x", "yz"]))
+            else:
+                rng.choice(live).complete({"ok": True})
+            base = bus._logs["s"].base
+            everything += recorder.take_nowait()
+            if len(everything) - base in (39, 40, 8, 9):
+                check()  # just before a trim, and just after it
+                checked += 1
+    assert bus._logs["s"].base > 200, "the window moved past many trims"
+    assert checked > 10

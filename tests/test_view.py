@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -221,3 +222,57 @@ def test_a_call_record_starts_empty_and_copies_whole() -> None:
     twin = rec.copy()
     assert all(getattr(twin, name) == getattr(rec, name) for name in _Call.__slots__)
     assert twin.args_parts is not rec.args_parts and twin.output_parts is not rec.output_parts
+
+
+def test_runs_of_progress_fold_into_the_same_state_as_applying_each_event() -> None:
+    """A run of progress events folds call by call (``_core/folding.py``): each call's
+    newest fraction, the newest message and run any of its events had, the first tool;
+    a run with a call that is not running (unknown, or ended) takes the general path.
+    Messages' text between them skips ``apply``'s dispatch."""
+    rng = random.Random(11)
+    for trial in range(300):
+        events: list[ts.Event] = []
+
+        def add(cls: type[ts.Event], events: list[ts.Event] = events, **fields: Any) -> None:
+            n = len(events) + 1
+            events.append(cls(id=f"e-{n}", session="s", ts=float(n), **fields))
+
+        calls = [f"c{i}" for i in range(rng.randrange(1, 4))]
+        for _ in range(rng.randrange(1, 80)):
+            call_id = rng.choice(calls)
+            roll = rng.random()
+            run_id = rng.choice([None, None, "r1", "r2"])
+            if roll < 0.1:
+                add(ts.ToolStarted, call_id=call_id, tool=rng.choice(["t", ""]), run_id=run_id)
+            elif roll < 0.13:
+                add(ts.ToolCompleted, call_id=call_id, tool="t", run_id=run_id)
+            elif roll < 0.18:
+                add(ts.ToolOutputDelta, call_id=call_id, tool="t", text=rng.choice(["a", "bc"]))
+            elif roll < 0.3:  # a message's text (a chat's), in runs of its own
+                message_id = rng.choice(["m1", "m2"])
+                if roll < 0.2:
+                    add(ts.MessageStarted, message_id=message_id, run_id=run_id, role="assistant")
+                elif roll < 0.21:
+                    add(ts.MessageFinished, message_id=message_id, run_id=run_id)
+                else:
+                    kind = rng.choice(["text", "reasoning"])
+                    add(ts.MessageDelta, message_id=message_id, text="w ", kind=kind)
+            else:
+                add(
+                    ts.ToolProgress,
+                    call_id=call_id,
+                    tool=rng.choice(["t", "u", ""]),
+                    run_id=run_id,
+                    fraction=rng.random(),
+                    current=rng.choice([None, 3.0]),
+                    message=rng.choice([None, None, "m1", "m2"]),
+                )
+        applied = ts.LiveView(check_replays=False)
+        for event in events:
+            applied.apply(event)
+        folded = ts.LiveView(check_replays=False)
+        cuts = sorted(rng.sample(range(len(events) + 1), k=min(3, len(events) + 1)))
+        for start, end in zip([0, *cuts], [*cuts, len(events)], strict=True):
+            folded.fold(events[start:end])
+        assert folded.snapshot() == applied.snapshot(), f"trial {trial}"
+        assert folded.last_id == applied.last_id == events[-1].id

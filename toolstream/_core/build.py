@@ -191,7 +191,9 @@ def _needs_own_init(cls: type[Event]) -> bool:
 def _building_twin(cls: type[Event]) -> type | None:
     """A subclass of ``cls`` with no slot of its own and ``object``'s attribute setters
     (``attrs``' frozen ones are what makes a store slow), whose instances can take
-    ``cls`` as their class once built; None if this interpreter refuses that."""
+    ``cls`` as their class once built; None if this interpreter refuses that. It has
+    ``object``'s ``__init__`` too: ``twin()`` makes an empty instance, a quarter cheaper
+    than ``object.__new__(twin)`` (a call through a method wrapper)."""
     twin = type(
         f"{cls.__name__}Building",
         (cls,),
@@ -199,13 +201,14 @@ def _building_twin(cls: type[Event]) -> type | None:
             "__slots__": (),
             "__setattr__": object.__setattr__,
             "__delattr__": object.__delattr__,
+            "__init__": object.__init__,
             "__module__": __name__,
             "__qualname__": f"_building_twin.<{cls.__qualname__}>",
             "__doc__": f"Instances of {cls.__qualname__} while the bus builds them.",
         },
     )
     try:
-        probe: Any = object.__new__(twin)
+        probe: Any = twin()
         probe.__class__ = cls
     except TypeError:
         return None
@@ -231,13 +234,12 @@ def _generate(cls: type[Event]) -> EventPlan:
     if twin is None:
         return _generic(cls)
     namespace: dict[str, Any] = {
-        "_new": object.__new__,
         "_twin": twin,
         "_cls": cls,
         "_deep": deep_size,
     }
     by_name = _store_lines(fields, "self", lambda name: f"f[{name!r}]")
-    start = ["    self = _new(_twin)", f"    size = {EVENT_OVERHEAD}"]
+    start = ["    self = _twin()", f"    size = {EVENT_OVERHEAD}"]
     end = ["    self.__class__ = _cls", "    return self, size"]
     source = "\n".join(
         [

@@ -150,14 +150,14 @@ def hot_publisher(cls: type[Event], *, guarded: bool = False) -> Callable[..., E
         raise TypeError(f"no hot-path publisher for {cls.__qualname__}")
     build = "\n".join(
         [
-            "        event = _new(_twin)",
+            "        event = _twin()",
             f"        size = {EVENT_OVERHEAD}",
             *("    " + line for line in found.stores),
             "        event.__class__ = _cls",
         ]
     )
     observe = _OBSERVE if cls in APPROVAL_EVENTS else ""
-    namespace = {"_new": object.__new__, "_twin": found.twin, "_cls": cls, "_deep": deep_size}
+    namespace = {"_twin": found.twin, "_cls": cls, "_deep": deep_size}
     params = ", ".join(("handle", *found.fields) if guarded else found.fields)
     name = f"publish_{cls.__name__}{'_guarded' if guarded else ''}"
     made = _PUBLISHERS[(cls, guarded)] = _compile_publisher(

@@ -161,6 +161,13 @@ _INTRODUCER_REVERSED = re.compile(
     + "))"
 )
 _INTRODUCER_WINDOW = 96  # the longest introducer, with its blanks, fits in this
+# What every introducer, reversed, starts with: blanks, quotes, "=" or ":", then the last
+# letter of its word (matched in any case, as the introducers are). Where this does not
+# match, no introducer does.
+_LAST_LETTERS = "".join(sorted({word[-1] for word in (*_KV_WORDS, "bearer", "basic")}))
+if not _LAST_LETTERS.isalpha():  # pragma: no cover - a word ending in a pattern
+    raise ImportError("every introducer word must end with a letter")
+_MAY_INTRODUCE = re.compile(rf"[\s\"'=:]*(?i:[{_LAST_LETTERS}])")
 # A URL's credentials may contain separators ("postgres://u:p;w(d@host"): from "://",
 # while the text after it may still become "user:password@", nothing is published.
 _OPEN_URL_CREDENTIALS = re.compile(r"://[^/\s:@\"']*(?::[^/\s@\"']*)?\Z")
@@ -399,7 +406,9 @@ def _safe_cut(text: str) -> int:
     Linear in the text: separators are looked for from the end (a forward search with a
     look-ahead to the end was quadratic in long deltas), introducers in a short window.
     """
-    cut = _token_start(text, len(text))
+    end = len(text)
+    # Text that ends with a separator (most deltas) is cut at its end: no reversed copy.
+    cut = end if _ANY_SEPARATOR.match(text, end - 1) else _token_start(text, end)
     if cut == 0:
         return 0
     # The last scheme before the cut (one after it is in the held token anyway): an
@@ -415,6 +424,8 @@ def _safe_cut(text: str) -> int:
                     break
     while cut > 0:
         before = text[max(0, cut - _INTRODUCER_WINDOW) : cut][::-1]
+        if _MAY_INTRODUCE.match(before) is None:  # a quarter of the introducers' cost
+            break
         introducer = _INTRODUCER_REVERSED.match(before)
         if introducer is None:
             break

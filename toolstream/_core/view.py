@@ -44,6 +44,7 @@ from .events import (
     ToolReady,
     ToolStarted,
 )
+from .folding import fold_in_order
 from .ids import compare_ids
 
 __all__ = ["LiveView", "run_tree"]
@@ -462,42 +463,15 @@ class LiveView:
 
         A bus folds the events it trims from its window with this: they are new to the
         view and in order, so progress and output text of running calls (the bulk of
-        any stream) take a shorter path with the same result. A view that checks for
-        replays (the default for client-side views) applies each event.
+        any stream) take a shorter path with the same result (``folding.py``). A view
+        that checks for replays (the default for client-side views) applies each event.
         """
         if self._check_replays:
             # A view fed from the wire may see replays: each event is checked.
             for event in events:
                 self.apply(event)
             return
-        calls = self._calls
-        running = CallState.RUNNING
-        # The steps of _apply_call for these two kinds, inline on purpose: a helper
-        # call per event would give back a good part of what this path saves. A test
-        # on random sessions checks that fold and apply reach the same state.
-        for event in events:
-            kind = type(event)
-            if kind is ToolProgress or kind is ToolOutputDelta:
-                rec = calls.get(event.call_id)
-                if rec is not None and rec.state is running:
-                    rec.last_event_id = event.id
-                    rec._snap = None
-                    if event.run_id is not None:
-                        rec.run_id = event.run_id
-                    if event.tool and not rec.tool:
-                        rec.tool = event.tool
-                    if type(event) is ToolProgress:
-                        rec.fraction = event.fraction
-                        rec.current = event.current
-                        rec.total = event.total
-                        if event.message is not None:
-                            rec.message = event.message
-                    elif type(event) is ToolOutputDelta:
-                        self._append_output(rec, event.text)
-                    continue
-            self.apply(event)
-        if events:
-            self.last_id = events[-1].id
+        fold_in_order(self, events)
 
     def reset(
         self, snapshot: Snapshot, *, event_id: str | None = None, ts: float | None = None

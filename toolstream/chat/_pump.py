@@ -31,6 +31,8 @@ logger = logging.getLogger("toolstream.chat")
 __all__ = ["Pump", "frames"]
 
 _PING = b": ping\n\n"
+_DECISIONS = (ApprovalRequested, ApprovalResolved)
+_TRACKED = (ApprovalRequested, ApprovalResolved, StreamReset)  # what _track looks at
 
 
 class Pump:
@@ -129,24 +131,29 @@ class Pump:
                         continue
                     out: list[bytes] = []
                     ends = -1  # where a wait for a person ends the response
-                    sent: list[Event] = []
-                    for event in batch:
-                        if self._primed(event):
-                            continue
-                        sent.append(event)
-                    settled = {e.approval_id for e in sent if isinstance(e, ApprovalResolved)}
-                    for k, event in enumerate(sent):
-                        if (
-                            isinstance(event, ApprovalRequested)
-                            and self._asks(event)
-                            and event.approval_id not in settled
-                        ):
-                            ends = k
+                    if self.prime is None:
+                        sent = batch
+                    else:
+                        sent = [event for event in batch if not self._primed(event)]
+                    # Approvals are rare: the batch is looked at for them once.
+                    decisions = [e for e in sent if isinstance(e, _DECISIONS)]
+                    if decisions:
+                        settled = {
+                            e.approval_id for e in decisions if isinstance(e, ApprovalResolved)
+                        }
+                        for k, event in enumerate(sent):
+                            if (
+                                isinstance(event, ApprovalRequested)
+                                and self._asks(event)
+                                and event.approval_id not in settled
+                            ):
+                                ends = k
                     for k, event in enumerate(sent):
                         if ends >= 0 and k > ends:
                             break  # after the wait: the continuation sends it
-                        out += [encode_frame(f) for f in encoder.encode(event)]
-                        self._track(event)
+                        out.extend(map(encode_frame, encoder.encode(event)))
+                        if isinstance(event, _TRACKED):
+                            self._track(event)
                     if out:
                         deadline = None
                     if self.waiting and self.prime is None:

@@ -496,6 +496,12 @@ class RunFramedDialect(BaseDialect):
         message_id: str = event.message_id  # type: ignore[attr-defined]
         if frame.message_done(message_id):
             return []
+        if type(event) is MessageDelta and event.text and frame.run is not None:
+            # The bulk of a turn: more text of the part the message has open (and only
+            # that one): nothing to start, end or close, the delta alone.
+            memory = frame.messages.get(message_id)
+            if memory is not None and len(memory.open) == 1 and event.kind in memory.open:
+                return self._part(event.kind, "delta", message_id, event.text, memory.subrun)
         out: list[WireMessage] = []
         if isinstance(event, MessageFinished):
             memory = frame.messages.get(message_id)
