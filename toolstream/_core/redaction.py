@@ -154,17 +154,24 @@ def _reversed_word(word: str) -> str:
 # word, or the key of a key=value secret (with its quotes, "=" or ":", and blanks). It is
 # matched at the start of the reversed text before a cut (cost: the introducer's length,
 # not a window's), so it is written backwards: what ends the introducer comes first.
+#: The first words of the key words that a blank may split ("api key"): a text that ends
+#: with one and its blank may be an introducer still being written ("API " then "KEY:").
+_SPLIT_FIRST_WORDS = ("api",)
 _INTRODUCER_REVERSED = re.compile(
     r"(?:\s{0,16}(?i:reraeb|cisab)"
     r"|(?:[\"']?[ \t]{0,8}[=:])?[ \t]{0,8}[\"']?(?i:"
     + "|".join(_reversed_word(w) for w in _KV_WORDS)
-    + "))"
+    + ")"
+    + "".join(f"| (?i:{w[::-1]})" for w in _SPLIT_FIRST_WORDS)
+    + ")"
 )
 _INTRODUCER_WINDOW = 96  # the longest introducer, with its blanks, fits in this
 # What every introducer, reversed, starts with: blanks, quotes, "=" or ":", then the last
 # letter of its word (matched in any case, as the introducers are). Where this does not
 # match, no introducer does.
-_LAST_LETTERS = "".join(sorted({word[-1] for word in (*_KV_WORDS, "bearer", "basic")}))
+_LAST_LETTERS = "".join(
+    sorted({word[-1] for word in (*_KV_WORDS, *_SPLIT_FIRST_WORDS, "bearer", "basic")})
+)
 if not _LAST_LETTERS.isalpha():  # pragma: no cover - a word ending in a pattern
     raise ImportError("every introducer word must end with a letter")
 _MAY_INTRODUCE = re.compile(rf"[\s\"'=:]*(?i:[{_LAST_LETTERS}])")
