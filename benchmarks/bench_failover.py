@@ -153,6 +153,16 @@ async def _read_until(client: Frames, got: Received, events: int, *, resumed: bo
         got.take(await client.frames(), resumed=resumed)
 
 
+async def _with_state(url: str, prefix: str, port: int, session: str) -> tuple[Frames, Received]:
+    """A client of a new ``session`` (a started call), once it has read its state."""
+    await _publish(url, prefix, session, None)
+    client = await Frames.open(port, session)
+    got = Received()
+    while got.last_id is None:
+        got.take(await client.frames(), resumed=False)
+    return client, got
+
+
 async def _resume_round(
     url: str, prefix: str, port: int, pid: int, backlog: int, tag: str
 ) -> dict[str, float]:
@@ -160,11 +170,7 @@ async def _resume_round(
     out: dict[str, float] = {}
     # Resumed: read the state, leave, miss the backlog, come back.
     session = f"r{tag}"
-    await _publish(url, prefix, session, None)
-    client = await Frames.open(port, session)
-    got = Received()
-    while got.last_id is None:
-        got.take(await client.frames(), resumed=False)
+    client, got = await _with_state(url, prefix, port, session)
     client.close()
     await _publish(url, prefix, session, backlog)
     cpu, start = cpu_seconds(pid), time.perf_counter()
@@ -176,11 +182,7 @@ async def _resume_round(
     got.check(backlog, "resumed client")
     # Live: a client that stays while the same events are published.
     session = f"l{tag}"
-    await _publish(url, prefix, session, None)
-    client = await Frames.open(port, session)
-    live = Received()
-    while live.last_id is None:
-        live.take(await client.frames(), resumed=False)
+    client, live = await _with_state(url, prefix, port, session)
     cpu, start = cpu_seconds(pid), time.perf_counter()
     publishing = asyncio.ensure_future(_publish(url, prefix, session, backlog))
     await _read_until(client, live, backlog, resumed=False)

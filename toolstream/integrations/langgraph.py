@@ -137,25 +137,8 @@ class _Owners(BaseCallbackHandler):
     # "agent"). Every other kind of event skips it: the model's (a handler without
     # ``on_chat_model_start`` makes LangChain render every message as text for
     # ``on_llm_start``, at each model call), tokens, retries, retrievers, custom events.
-    @property
-    def ignore_llm(self) -> bool:
-        return True
-
-    @property
-    def ignore_chat_model(self) -> bool:
-        return True
-
-    @property
-    def ignore_retry(self) -> bool:
-        return True
-
-    @property
-    def ignore_retriever(self) -> bool:
-        return True
-
-    @property
-    def ignore_custom_event(self) -> bool:
-        return True
+    ignore_llm = ignore_chat_model = ignore_retry = ignore_retriever = True
+    ignore_custom_event = True
 
     def __init__(self) -> None:
         self._parents: Bounded[UUID, UUID] = Bounded()
