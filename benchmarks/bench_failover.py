@@ -321,45 +321,33 @@ def failover(url: str, clients: int, events: int, rate: float, rounds: int) -> d
     return out
 
 
-@contextmanager
-def _broker(kind: str, directory: Path) -> Iterator[str | None]:
-    """A server of ``kind`` of its own (its URL), or None when it is not installed."""
+def _server(kind: str, directory: Path) -> Any:
+    """A server of ``kind`` of its own (not started), or None when it is not installed."""
     if kind == "redis":
         from tests.redis_server import RedisServer
 
-        if shutil.which("redis-server") is None:
-            yield None
-            return
-        redis = RedisServer(directory)
-        redis.start(persist=False)
-        try:
-            yield redis.url
-        finally:
-            redis.stop()
-    elif kind == "nats":
+        return None if shutil.which("redis-server") is None else RedisServer(directory)
+    if kind == "nats":
         from tests.nats_server import NATS_SERVER, NatsServer
 
-        if NATS_SERVER is None:
-            yield None
-            return
-        nats = NatsServer(directory)
-        nats.start()
-        try:
-            yield nats.url
-        finally:
-            nats.stop()
-    else:
-        from tests.postgres_server import INITDB, POSTGRES, PostgresServer
+        return None if NATS_SERVER is None else NatsServer(directory)
+    from tests.postgres_server import INITDB, POSTGRES, PostgresServer
 
-        if INITDB is None or POSTGRES is None:
-            yield None
-            return
-        postgres = PostgresServer(directory)
-        postgres.start()
-        try:
-            yield postgres.url
-        finally:
-            postgres.stop()
+    return None if INITDB is None or POSTGRES is None else PostgresServer(directory)
+
+
+@contextmanager
+def _broker(kind: str, directory: Path) -> Iterator[str | None]:
+    """A server of ``kind`` of its own, running (its URL), or None when not installed."""
+    server = _server(kind, directory)
+    if server is None:
+        yield None
+        return
+    server.start(**({"persist": False} if kind == "redis" else {}))
+    try:
+        yield str(server.url)
+    finally:
+        server.stop()
 
 
 def run(*, quick: bool = False, brokers: tuple[str, ...] = BROKERS) -> dict[str, Any]:
