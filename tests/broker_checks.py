@@ -609,6 +609,78 @@ async def two_writers_on_one_session_lose_nothing(make: MakeBus) -> None:
         await two.aclose()
 
 
+async def trio_is_refused(make: MakeBus) -> None:
+    """A broker bus runs on asyncio: used under trio (in a thread of its own) it says so,
+    rather than failing somewhere inside its client."""
+    import trio
+
+    bus = make()
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            bus.subscribe(session="s")
+        with pytest.raises(RuntimeError, match="asyncio only"):
+            await bus.start()
+
+    try:
+        await anyio.to_thread.run_sync(trio.run, main)
+    finally:
+        await bus.aclose()
+
+
+async def session_is_required_and_types_checked(make: MakeBus) -> None:
+    """Bad calls get a specific error before anything reaches the broker; a closed bus
+    refuses to publish."""
+    bus = make()
+    try:
+        with pytest.raises(ValueError, match="session="):
+            bus.subscribe()
+        with pytest.raises(TypeError, match="event classes"):
+            bus.subscribe(dict, session="s")
+        with pytest.raises(TypeError, match="not a lifecycle event class"):
+            bus.publish(dict, session="s")
+        with pytest.raises(ValueError, match="non-empty session"):
+            bus.publish(ts.ToolStarted, session="", call_id="c", tool="t")
+    finally:
+        await bus.aclose()
+    with pytest.raises(ts.BusClosed):
+        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
+
+
+async def a_tracker_publishes_and_another_process_reads(make: MakeBus) -> None:
+    """A Tracker publishes through the bus; a second bus on the same broker (another
+    process's view) sees the run's events in order, and its snapshot agrees, with the
+    arguments redacted."""
+    prefix = _prefix()
+    writer = make(prefix=prefix)
+    reader = make(prefix=prefix)
+    try:
+        async with reader.subscribe(session="s", snapshot=True) as sub:
+            async with (
+                ts.Tracker(writer, session="s") as tracker,
+                tracker.run(run_id="r1"),
+                tracker.call("search", {"q": "x", "api_key": "sk-123"}) as call,
+            ):
+                call.progress(0.5, message="half")
+                call.complete(["a"])
+            got = await take(sub, 6)
+        assert isinstance(got[0], ts.StreamReset)
+        assert [e.type for e in got[1:]] == [
+            "run.started",
+            "tool.started",
+            "tool.progress",
+            "tool.completed",
+            "run.finished",
+        ]
+        snap = await reader.fetch_snapshot("s")
+        assert [c.state.value for c in snap.calls] == ["completed"]
+        assert snap.calls[0].args == {"q": "x", "api_key": "[redacted]"}
+        assert reader.snapshot("s") == snap
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+
+
 #: Every check, with what it needs of the test's broker: ``"plain"`` the bus users build,
 #: ``"hooked"`` a bus whose driver has test hooks, ``"outage"`` the bus users build and a
 #: server of the check's own to stop and start. tests/test_broker_suites.py runs each on
@@ -628,4 +700,7 @@ CHECKS: list[tuple[Callable[..., Awaitable[None]], str]] = [
     (a_batch_whose_reply_was_lost_is_not_written_twice, "hooked"),
     (a_writer_behind_another_is_renumbered_not_lost, "plain"),
     (two_writers_on_one_session_lose_nothing, "plain"),
+    (trio_is_refused, "plain"),
+    (session_is_required_and_types_checked, "plain"),
+    (a_tracker_publishes_and_another_process_reads, "plain"),
 ]

@@ -85,20 +85,6 @@ def test_public_names_are_pinned() -> None:
         assert getattr(toolstream.nats, name).__doc__ or name == "OutboxOverflow"
 
 
-def test_trio_is_refused(nats_server: NatsServer) -> None:
-    import trio
-
-    bus = make_bus(nats_server)
-
-    async def main() -> None:
-        with pytest.raises(RuntimeError, match="asyncio only"):
-            bus.subscribe(session="s")
-        with pytest.raises(RuntimeError, match="asyncio only"):
-            await bus.start()
-
-    trio.run(main)
-
-
 def test_bad_arguments(nats_server: NatsServer) -> None:
     from toolstream.nats import NatsBus
 
@@ -136,23 +122,6 @@ def test_unreachable_nats_is_a_clear_error() -> None:
     with pytest.raises(ts.BusUnavailable, match="cannot reach NATS") as info:
         NatsBus(url, connect_timeout=0.5)
     assert "hunter2" not in str(info.value), "the password must not be echoed"
-
-
-async def test_session_is_required_and_types_checked(nats_server: NatsServer) -> None:
-    bus = make_bus(nats_server)
-    try:
-        with pytest.raises(ValueError, match="session="):
-            bus.subscribe()
-        with pytest.raises(TypeError, match="event classes"):
-            bus.subscribe(dict, session="s")
-        with pytest.raises(TypeError, match="not a lifecycle event class"):
-            bus.publish(dict, session="s")
-        with pytest.raises(ValueError, match="non-empty session"):
-            bus.publish(ts.ToolStarted, session="", call_id="c", tool="t")
-    finally:
-        await bus.aclose()
-    with pytest.raises(ts.BusClosed):
-        bus.publish(ts.ToolStarted, session="s", call_id="c", tool="t")
 
 
 async def test_session_names_never_cross(nats_server: NatsServer) -> None:
