@@ -414,6 +414,23 @@ def test_a_client_that_stops_reading_is_cut_at_the_write_deadline() -> None:
     bus.close()
 
 
+def stream_scope(session: str) -> dict[str, Any]:
+    """The ASGI scope of an SSE request for ``session``, for driving an app by hand."""
+    return {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "headers": [],
+        "query_string": f"session={session}".encode(),
+    }
+
+
+async def silent() -> dict[str, Any]:
+    """An ASGI ``receive`` of a client that says nothing (and does not go away)."""
+    await anyio.sleep_forever()
+    raise AssertionError
+
+
 async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None:
     # The deadline holds on asyncio and trio, watched from outside the writer (the
     # loop's one watch): a server whose send never returns, as a client that stopped
@@ -427,15 +444,10 @@ async def test_a_stream_whose_writes_never_return_ends_at_the_deadline() -> None
         if len(sent) >= 3:  # the head and the reset went out; then nothing does
             await anyio.sleep_forever()
 
-    async def receive() -> dict[str, Any]:
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
-    scope["query_string"] = b"session=s1"
+    scope = stream_scope("s1")
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(app, scope, receive, send)
+            tg.start_soon(app, scope, silent, send)
             await anyio.sleep(0.05)
             ts.Tracker(bus, "s1").create("t").complete("r")
     assert bus.subscriber_count() == 0 and app.open_streams == 0
@@ -457,15 +469,10 @@ async def test_a_write_under_way_is_filed_with_the_watch_while_it_lasts() -> Non
         if len(sent) == 3:  # the head and the reset went out; the next write waits
             await release.wait()
 
-    async def receive() -> dict[str, Any]:
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
-    scope["query_string"] = b"session=s1"
+    scope = stream_scope("s1")
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(app, scope, receive, send)
+            tg.start_soon(app, scope, silent, send)
             await eventually(lambda: len(sent) == 2)
             (watch,) = _watch._WATCHES.values()
             assert not watch.writing
@@ -499,23 +506,10 @@ async def test_idle_streams_share_one_watch_and_cost_no_wakeups() -> None:
         if message["type"] == "http.response.start":
             heads += 1
 
-    async def receive() -> dict[str, Any]:
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    def scope(k: int) -> dict[str, Any]:
-        return {
-            "type": "http",
-            "method": "GET",
-            "path": "/",
-            "headers": [],
-            "query_string": f"session=s{k}".encode(),
-        }
-
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             for k in range(200):
-                tg.start_soon(app, scope(k), receive, send)
+                tg.start_soon(app, stream_scope(f"s{k}"), silent, send)
             await eventually(lambda: app.open_streams == 200 and heads == 200)
             watches = list(_watch._WATCHES.values())
             assert len(watches) == 1 and len(watches[0].entries) == 200
