@@ -146,3 +146,29 @@ def write_between(doc: Path, start: str, end: str, text: str) -> bool:
     _, tail = rest.split(end, 1)
     doc.write_text(f"{head}{start}\n{text}{end}{tail}")
     return True
+
+
+def throughput(samples: dict[str, list[float]]) -> dict[str, Any]:
+    """A broker benchmark's throughput from alternated rounds of events/s
+    (``samples["toolstream"]``, ``samples["raw"]``): each side's median and its rounds,
+    and toolstream / raw as :func:`compare` gives it (``throughput_ratio``, the median of
+    the rounds' ratios; ``…_of_medians``, ``…_min``, ``…_max``)."""
+    ours, raw = samples["toolstream"], samples["raw"]
+    return {
+        "toolstream_events_per_s": statistics.median(ours),
+        "raw_events_per_s": statistics.median(raw),
+        "toolstream_rounds": ours,
+        "raw_rounds": raw,
+        **compare(ours, raw, "throughput_ratio"),
+    }
+
+
+def throughput_row(results: dict[str, Any]) -> str:
+    """The report's table row of :func:`throughput`'s figures (toolstream, raw, the ratio
+    in bold, the ratio of medians, the rounds' spread)."""
+    return (
+        f"| {results['toolstream_events_per_s']:,.0f} | {results['raw_events_per_s']:,.0f} "
+        f"| **{results['throughput_ratio']:.2f}×** "
+        f"| {results['throughput_ratio_of_medians']:.2f}× "
+        f"| {results['throughput_ratio_min']:.2f}–{results['throughput_ratio_max']:.2f}× |"
+    )

@@ -21,14 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import compare
+from benchmarks._common import throughput, throughput_row
 from benchmarks.bench_redis import broker_latency, broker_throughput, check_complete, raw_event
 
 BATCH = 256
@@ -120,8 +119,6 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         for _ in range(rounds):
             samples["toolstream"].append(asyncio.run(_toolstream_once([server.url], events)))
             samples["raw"].append(asyncio.run(_raw_once([server.url], events)))
-        ratio = compare(samples["toolstream"], samples["raw"])
-        tput = {k: statistics.median(v) for k, v in samples.items()}
         latency = asyncio.run(broker_latency(server.url, 200 if quick else 5_000, 1000.0))
     finally:
         server.stop()
@@ -137,13 +134,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     return {
         "events": events,
         "rounds": rounds,
-        "toolstream_events_per_s": tput["toolstream"],
-        "raw_events_per_s": tput["raw"],
-        "toolstream_rounds": samples["toolstream"],
-        "raw_rounds": samples["raw"],
-        "throughput_ratio": ratio["ratio"],
-        "ratio_of_medians": ratio["ratio_of_medians"],
-        "ratio_spread": [ratio["ratio_min"], ratio["ratio_max"]],
+        **throughput(samples),
         "latency": latency,
         "cluster_latency": cluster_latency,
     }
@@ -154,7 +145,6 @@ def report(results: dict[str, Any]) -> str:
     if "skipped" in results:
         return f"### NatsBus\n\nSkipped: {results['skipped']}.\n"
     lat, clat = results["latency"], results["cluster_latency"]
-    low, high = results["ratio_spread"]
     return "\n".join(
         [
             "### NatsBus vs raw nats-py JetStream (pipelined publishes + pull consumer)",
@@ -169,9 +159,7 @@ def report(results: dict[str, Any]) -> str:
             "| toolstream ev/s | raw nats-py ev/s | **throughput** (median of rounds) "
             "| ratio of medians | spread |",
             "|---:|---:|---:|---:|---:|",
-            f"| {results['toolstream_events_per_s']:,.0f} | {results['raw_events_per_s']:,.0f} "
-            f"| **{results['throughput_ratio']:.2f}×** | {results['ratio_of_medians']:.2f}× "
-            f"| {low:.2f}–{high:.2f}× |",
+            throughput_row(results),
             "",
             "Across processes (a Tracker in a publisher process, SSE from a gateway process, "
             "at a steady 1,000 events/s): publish-to-receipt latency on one server "

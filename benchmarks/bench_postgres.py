@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import throughput, throughput_row
 from benchmarks.bench_redis import broker_latency, broker_throughput, check_complete, raw_event
 
 BATCH = 512
@@ -150,8 +150,6 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         for _ in range(rounds):
             samples["toolstream"].append(asyncio.run(_toolstream_once(server.dsn, events)))
             samples["raw"].append(asyncio.run(_raw_once(server.dsn, events)))
-        ratios = [a / b for a, b in zip(samples["toolstream"], samples["raw"], strict=True)]
-        tput = {k: statistics.median(v) for k, v in samples.items()}
         latency = asyncio.run(broker_latency(server.dsn, 200 if quick else 5_000, 1000.0))
     finally:
         server.close()
@@ -159,11 +157,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     return {
         "events": events,
         "rounds": rounds,
-        "toolstream_events_per_s": tput["toolstream"],
-        "raw_events_per_s": tput["raw"],
-        "throughput_ratio": statistics.median(ratios),
-        "throughput_ratio_of_medians": tput["toolstream"] / tput["raw"],
-        "ratio_spread": [min(ratios), max(ratios)],
+        **throughput(samples),
         "latency": latency,
     }
 
@@ -173,7 +167,6 @@ def report(results: dict[str, Any]) -> str:
     if "skipped" in results:
         return f"### PostgresBus\n\nSkipped: {results['skipped']}.\n"
     lat = results["latency"]
-    low, high = results["ratio_spread"]
     return "\n".join(
         [
             "### PostgresBus vs raw psycopg (INSERT + NOTIFY transactions + LISTEN/SELECT)",
@@ -187,9 +180,7 @@ def report(results: dict[str, Any]) -> str:
             "| toolstream ev/s | raw psycopg ev/s | **throughput** (median of rounds) "
             "| ratio of medians | spread |",
             "|---:|---:|---:|---:|---:|",
-            f"| {results['toolstream_events_per_s']:,.0f} | {results['raw_events_per_s']:,.0f} "
-            f"| **{results['throughput_ratio']:.2f}×** "
-            f"| {results['throughput_ratio_of_medians']:.2f}× | {low:.2f}–{high:.2f}× |",
+            throughput_row(results),
             "",
             "Across processes (a Tracker in a publisher process, SSE from a gateway process, "
             "at a steady 1,000 events/s): publish-to-receipt latency "

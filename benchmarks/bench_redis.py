@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import throughput, throughput_row
 from benchmarks._processes import start_server
 
 BATCH = 512
@@ -216,7 +217,6 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         for _ in range(rounds):
             samples["toolstream"].append(asyncio.run(_toolstream_once(server.url, events)))
             samples["raw"].append(asyncio.run(_raw_once(server.url, events)))
-        tput = {k: statistics.median(v) for k, v in samples.items()}
         latency = asyncio.run(broker_latency(server.url, 200 if quick else 5_000, 1000.0))
         cluster = _on_a_cluster(server.url, directory, events, rounds, quick)
     finally:
@@ -225,9 +225,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     return {
         "events": events,
         "rounds": rounds,
-        "toolstream_events_per_s": tput["toolstream"],
-        "raw_events_per_s": tput["raw"],
-        "throughput_ratio": tput["toolstream"] / tput["raw"],
+        **throughput(samples),
         "latency": latency,
         "cluster": cluster,
     }
@@ -278,10 +276,10 @@ def report(results: dict[str, Any]) -> str:
             "the idempotent flush script (open-call bookkeeping, leases, TTLs), checkpoints "
             "and typed events; the peer only appends and reads JSON.",
             "",
-            "| toolstream ev/s | raw redis-py ev/s | **throughput** |",
-            "|---:|---:|---:|",
-            f"| {results['toolstream_events_per_s']:,.0f} | {results['raw_events_per_s']:,.0f} "
-            f"| **{results['throughput_ratio']:.2f}×** |",
+            "| toolstream ev/s | raw redis-py ev/s | **throughput** (median of rounds) "
+            "| ratio of medians | spread |",
+            "|---:|---:|---:|---:|---:|",
+            throughput_row(results),
             "",
             "Across processes (a Tracker in a publisher process, SSE from a gateway process, "
             "at a steady 1,000 events/s): publish-to-receipt latency "
