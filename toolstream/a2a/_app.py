@@ -1,0 +1,752 @@
+"""A2AApp: an A2A v1.0 server (JSON-RPC binding) over any toolstream bus — a task is a
+run, ``contextId`` its session, and ``SubscribeToTask`` with ``Last-Event-ID`` replays
+exactly what a client missed, from any gateway process."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+
+from toolstream import (
+    ApprovalRequested,
+    ApprovalResolved,
+    Bus,
+    BusClosed,
+    BusUnavailable,
+    PayloadPolicy,
+    Principal,
+    RequestInfo,
+    RunFinished,
+    RunStarted,
+    SlowConsumer,
+    Snapshot,
+    Subscription,
+)
+from toolstream import _serving as serving
+from toolstream._core.jsonenc import dumpb
+from toolstream.chat._app import _host_agents, _log_failure, _Turn
+from toolstream.dialects._pump import beats
+
+from . import _wire as wire
+from ._wire import RpcError
+
+logger = logging.getLogger("toolstream.a2a")
+
+__all__ = ["A2AApp", "CancelTask", "StartTask", "TaskRequest"]
+
+_CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+_STREAMING = frozenset({"SendStreamingMessage", "message/stream"})
+_METHODS = {
+    "SendStreamingMessage": "send",
+    "message/stream": "send",
+    "SendMessage": "send",
+    "message/send": "send",
+    "GetTask": "get",
+    "tasks/get": "get",
+    "CancelTask": "cancel",
+    "tasks/cancel": "cancel",
+    "SubscribeToTask": "subscribe",
+    "tasks/resubscribe": "subscribe",
+}
+_UNSUPPORTED = frozenset(
+    {
+        "ListTasks",
+        "GetExtendedAgentCard",
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    }
+)
+_PING = b": ping\n\n"
+
+
+@attrs.frozen(kw_only=True)
+class TaskRequest:
+    """What ``start_task`` gets: start the agent on ``session`` (the ``contextId``) as
+    run ``run_id`` (the ``taskId``).
+
+    ``message`` is the client's A2A ``Message`` (proto-JSON) and ``body`` the request's
+    ``params``; ``principal`` is what ``authorize`` returned (``None`` without one).
+    :meth:`start_soon` runs the agent in this server process: the task outlives the
+    response (a client going away never stops it) and ``CancelTask`` cancels it.
+    """
+
+    session: str
+    run_id: str
+    message: dict[str, Any]
+    body: dict[str, Any]
+    principal: Any = None
+    #: The bus the ``A2AApp`` serves (what the agent's tracker publishes on).
+    bus: Bus | None = None
+    _task_group: TaskGroup | None = attrs.field(default=None, alias="task_group", repr=False)
+    _on_error: Callable[[str, str, BaseException], Awaitable[None]] | None = attrs.field(
+        default=None, alias="on_error", repr=False
+    )
+
+    @property
+    def user_text(self) -> str:
+        """The text parts of the client's message, joined."""
+        parts = self.message.get("parts")
+        if not isinstance(parts, list):
+            return ""
+        return "".join(
+            p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``await fn(*args)`` as this task's agent, in the server process. If it
+        raises, the server logs one line with the reason and the task ends
+        ``TASK_STATE_FAILED`` (a run it never announced is announced failed)."""
+        if self._task_group is None:
+            raise RuntimeError("this TaskRequest was not made by an A2AApp request")
+        self._task_group.start_soon(self._guarded, fn, args)
+
+    async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            await self._on_error(self.session, self.run_id, exc)
+
+
+#: ``start_task(request)``: start the agent (a task via ``request.start_soon``, or a job
+#: for a worker process) so that it announces run ``request.run_id``.
+StartTask = Callable[[TaskRequest], Awaitable[None]]
+#: ``cancel_task(session, run_id)``: cancel a task running elsewhere (a worker process);
+#: True when it was found.
+CancelTask = Callable[[str, str], Awaitable[bool]]
+
+
+def _served_card(card: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(card, Mapping) or not isinstance(card.get("name"), str):
+        raise ValueError("card must be an agent card (a mapping with a 'name')")
+    served = copy.deepcopy(dict(card))
+    served.setdefault("description", "")
+    served.setdefault("version", "1.0.0")
+    served.setdefault("defaultInputModes", ["text/plain", "application/json"])
+    served.setdefault("defaultOutputModes", ["text/plain", "application/json"])
+    served.setdefault("skills", [])
+    capabilities = dict(served.get("capabilities") or {})
+    capabilities["streaming"] = True
+    extensions = list(capabilities.get("extensions") or [])
+    if not any(isinstance(e, Mapping) and e.get("uri") == wire.EXTENSION_URI for e in extensions):
+        extensions.append(
+            {
+                "uri": wire.EXTENSION_URI,
+                "description": "toolstream's tool lifecycle: each call's states as data "
+                "parts of status updates, resume by event id",
+            }
+        )
+    capabilities["extensions"] = extensions
+    served["capabilities"] = capabilities
+    json.dumps(served)  # a card that is not JSON fails here, not at the first request
+    return served
+
+
+class A2AApp:
+    """An ASGI app serving A2A v1.0 clients (JSON-RPC binding) from a toolstream bus.
+
+    - ``GET /.well-known/agent-card.json``: ``card`` with ``capabilities.streaming`` and
+      the tool-lifecycle extension (``urn:toolstream:a2a:tool-lifecycle:v1``) added;
+      without ``supportedInterfaces``, the app's own URL as the JSON-RPC interface.
+    - ``POST /`` (JSON-RPC 2.0): ``SendStreamingMessage`` and ``SendMessage`` start a
+      task (``start_task``; the task is a run, ``contextId`` its session) or answer
+      the approvals it waits for (a message on the same ``taskId`` with data parts
+      ``{approval_id, approved, reason?, args?}``); ``GetTask``; ``CancelTask``;
+      ``SubscribeToTask``, which with the HTTP header ``Last-Event-ID`` sends exactly
+      the events after that one (each update's ``metadata.event_id``). The v0.3 method
+      names are aliases.
+
+    Each tool call event is a ``TASK_STATE_WORKING`` status update whose message holds
+    ``{"data": {call_id, tool, state, …}}``; an approval is ``TASK_STATE_INPUT_REQUIRED``
+    and ends the response; the agent's text is artifact chunks. Errors are JSON-RPC
+    errors with HTTP 200; ``authorize`` as on the other transports (``can_read`` to
+    send and read, ``can_approve`` to decide and cancel).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        start_task: StartTask,
+        *,
+        card: Mapping[str, Any],
+        authorize: serving.Authorize | None = None,
+        cancel_task: CancelTask | None = None,
+        allowed_origins: Iterable[str] | None = None,
+        heartbeat: float = 15.0,
+        start_timeout: float = 30.0,
+        cancel_timeout: float = 10.0,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        buffer: int = 4096,
+    ) -> None:
+        if not heartbeat > 0 or not start_timeout > 0 or not cancel_timeout > 0:
+            raise ValueError("heartbeat, start_timeout and cancel_timeout must be positive")
+        self.bus = bus
+        self.start_task = start_task
+        self.card = _served_card(card)
+        self.authorize = authorize
+        self.cancel_task = cancel_task
+        #: Origins allowed to post (None: any).
+        self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
+        self.heartbeat = heartbeat
+        #: How long a new task may take to announce its run.
+        self.start_timeout = start_timeout
+        #: How long ``CancelTask`` waits for the task's end before it answers.
+        self.cancel_timeout = cancel_timeout
+        self.max_body_bytes = max_body_bytes
+        self.buffer = buffer
+        self._tasks: dict[tuple[str, str], _Turn] = {}
+        self._streams = serving.OpenStreams()
+        self._policy = PayloadPolicy()
+
+    @property
+    def active_tasks(self) -> int:
+        """Tasks running in this process (started with ``TaskRequest.start_soon``)."""
+        return len(self._tasks)
+
+    def shutdown(self) -> None:
+        """End every open response now and refuse new requests; tasks running in this
+        process are cancelled. Safe from any thread."""
+        self._streams.shutdown()
+
+    # -- ASGI ---------------------------------------------------------------------------
+
+    async def __call__(
+        self, scope: serving.Scope, receive: serving.Receive, send: serving.Send
+    ) -> None:
+        if await serving.http_only(scope, receive, send, self.shutdown, "A2AApp"):
+            return
+        request = serving.request_info(scope)
+        if await serving.origin_refused(request, self.allowed_origins, send, code="forbidden"):
+            return
+        if self._streams.closing:
+            await serving.respond(send, 503, "the server is shutting down", code="unavailable")
+            return
+        path = str(scope.get("path", ""))
+        if scope["method"] == "GET":
+            if path.endswith(_CARD_PATHS):
+                await serving.send_json(send, 200, self._card_for(scope, path))
+                return
+            await serving.respond(send, 404, "GET /.well-known/agent-card.json is the card")
+            return
+        if scope["method"] != "POST":
+            await serving.respond(send, 405, "A2A requests are POSTed (JSON-RPC 2.0)")
+            return
+        await self._rpc(request, receive, send)
+
+    def _card_for(self, scope: serving.Scope, path: str) -> dict[str, Any]:
+        if self.card.get("supportedInterfaces"):
+            return self.card
+        headers = dict(scope.get("headers", ()))
+        host = headers.get(b"host", b"localhost").decode("latin-1")
+        root = path[: -len(next(p for p in _CARD_PATHS if path.endswith(p)))]
+        url = f"{scope.get('scheme', 'http')}://{host}{root}/"
+        interface = {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        return {**self.card, "supportedInterfaces": [interface]}
+
+    async def _rpc(
+        self, request: RequestInfo, receive: serving.Receive, send: serving.Send
+    ) -> None:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            await serving.respond(send, 415, "JSON-RPC is sent as application/json")
+            return
+        raw = await serving.read_body(receive, self.max_body_bytes)
+        if raw is None:
+            await serving.respond(send, 413, f"the body is over {self.max_body_bytes} bytes")
+            return
+        request_id: object = None
+        try:
+            try:
+                envelope = json.loads(raw)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                raise RpcError(wire.PARSE_ERROR, "the body is not JSON") from None
+            method, request_id, params = _envelope(envelope)
+            action = _METHODS.get(method)
+            if action is None:
+                if method in _UNSUPPORTED:
+                    raise RpcError(wire.UNSUPPORTED, f"{method} is not supported")
+                raise RpcError(wire.METHOD_NOT_FOUND, f"unknown method {method!r}")
+            if action == "send":
+                await self._send(request, method, request_id, params, send, receive)
+            elif action == "get":
+                await self._get(request, request_id, params, send)
+            elif action == "cancel":
+                await self._cancel(request, request_id, params, send)
+            else:
+                await self._subscribe(request, request_id, params, send, receive)
+        except RpcError as exc:
+            await serving.send_json(send, 200, exc.body(request_id))
+        except (BusUnavailable, BusClosed) as exc:
+            message = f"the event bus is unavailable: {exc}"
+            await serving.send_json(send, 200, RpcError(-32603, message).body(request_id))
+
+    async def _admit(
+        self, request: RequestInfo, session: str, send: serving.Send, *, decide: bool = False
+    ) -> Principal | bool | None:
+        principal = await serving.admit(
+            self.authorize, request, session, send, f"not allowed in context {session!r}"
+        )
+        if principal is not None and decide and not await serving.may_approve(principal, session):
+            await serving.respond(
+                send, 403, f"not allowed to decide in context {session!r}", code="forbidden"
+            )
+            return None
+        return principal
+
+    async def _snapshot(self, session: str) -> Snapshot:
+        fetch = getattr(self.bus, "fetch_snapshot", None)
+        if fetch is not None:
+            snapshot: Snapshot = await fetch(session)
+            return snapshot
+        return self.bus.snapshot(session)
+
+    # -- SendMessage / SendStreamingMessage ---------------------------------------------
+
+    async def _send(
+        self,
+        request: RequestInfo,
+        method: str,
+        request_id: object,
+        params: Any,
+        send: serving.Send,
+        receive: serving.Receive,
+    ) -> None:
+        sent = wire.parse_message(params)
+        principal = await self._admit(request, sent.session, send, decide=bool(sent.decisions))
+        if principal is None:
+            return
+        streaming = method in _STREAMING
+        if sent.task is None:
+            await self._start(sent, params, principal, request_id, streaming, send, receive)
+            return
+        snapshot = await self._snapshot(sent.session)
+        run = next((r for r in snapshot.runs if r.run_id == sent.task), None)
+        if run is None:
+            raise RpcError(wire.TASK_NOT_FOUND, f"task {sent.task!r} was not found")
+        if not sent.decisions:
+            raise RpcError(
+                wire.UNSUPPORTED,
+                "a task takes no further messages but decisions on its approvals "
+                "(data parts {approval_id, approved})",
+            )
+        if run.state != "running":
+            raise RpcError(wire.UNSUPPORTED, f"task {sent.task!r} has ended")
+        answered = await self._decide(sent, principal)
+        sub = await self._from_start(sent.session, sent.task, run.first_event_id)
+        encoder = wire.Encoder(sent.task, sent.session)
+        pump = _Pump(self, sub, encoder, request_id, started=True, skip=answered)
+        await self._respond(pump, streaming, send, receive)
+
+    async def _decide(self, sent: wire.SentMessage, principal: Principal | bool) -> set[str]:
+        """Apply the message's decisions; the approvals they answer (a decision already
+        made the same way — a client retrying — is no error)."""
+        answered: set[str] = set()
+        for decision in sent.decisions:
+            body: dict[str, Any] = {
+                "approval_id": decision.approval_id,
+                "approved": decision.approved,
+            }
+            if decision.reason is not None:
+                body["reason"] = decision.reason
+            if decision.args is not None:
+                body["args"] = decision.args
+            outcome = await serving.decide(self.bus, principal, sent.session, body)
+            won = outcome.body.get("resolution", {}) if outcome.status == 409 else {}
+            if outcome.status == 200 or won.get("approved") == decision.approved:
+                if outcome.resolution is not None and outcome.resolution.run_id is not None:
+                    answered.add(decision.approval_id)
+                continue
+            if outcome.status == 503:
+                raise BusUnavailable(str(outcome.body.get("error")))
+            code = wire.TASK_NOT_FOUND if outcome.status == 404 else wire.INVALID_PARAMS
+            raise RpcError(code, str(outcome.body.get("error", "the decision was refused")))
+        return answered
+
+    async def _start(
+        self,
+        sent: wire.SentMessage,
+        params: dict[str, Any],
+        principal: Principal | bool,
+        request_id: object,
+        streaming: bool,
+        send: serving.Send,
+        receive: serving.Receive,
+    ) -> None:
+        run_id = wire.task_id(sent.session)
+        key = (sent.session, run_id)
+        task = self._tasks[key] = _Turn()
+
+        def forget() -> None:
+            if self._tasks.get(key) is task:
+                del self._tasks[key]
+
+        try:
+            sub = await serving.prepared(
+                self.bus.subscribe(session=sent.session, run=run_id, buffer=self.buffer)
+            )
+        except BaseException:
+            forget()
+            raise
+        started = anyio.Event()
+        encoder = wire.Encoder(run_id, sent.session)
+        async with anyio.create_task_group() as outer:
+            agents: TaskGroup = await outer.start(_host_agents, started, forget, self._streams)
+            task.scope = agents.cancel_scope
+            task_request = TaskRequest(
+                session=sent.session,
+                run_id=run_id,
+                message=sent.message,
+                body=params,
+                principal=None if principal is True else principal,
+                bus=self.bus,
+                task_group=agents,
+                on_error=self._agent_failed,
+            )
+            try:
+                await self.start_task(task_request)
+            except Exception as exc:
+                agents.cancel_scope.cancel()
+                _log_failure("start_task", sent.session, run_id, exc)
+                await self._fail_run(sent.session, run_id, exc, only_unknown=True)
+            finally:
+                started.set()
+            configuration = params.get("configuration")
+            if (
+                not streaming
+                and isinstance(configuration, dict)
+                and configuration.get("returnImmediately") is True
+            ):
+                sub.close()
+                body = encoder.task_object("TASK_STATE_SUBMITTED")
+                await serving.send_json(send, 200, _result(request_id, body["task"]))
+                return
+            pump = _Pump(
+                self,
+                sub,
+                encoder,
+                request_id,
+                started=False,
+                opening=[encoder.task_object("TASK_STATE_SUBMITTED")],
+            )
+            await self._respond(pump, streaming, send, receive)
+
+    async def _agent_failed(self, session: str, run_id: str, exc: BaseException) -> None:
+        _log_failure("the agent", session, run_id, exc)
+        await self._fail_run(session, run_id, exc, only_unknown=False)
+
+    async def _fail_run(
+        self, session: str, run_id: str, exc: BaseException, *, only_unknown: bool
+    ) -> None:
+        try:
+            run = next(
+                (r for r in (await self._snapshot(session)).runs if r.run_id == run_id), None
+            )
+            if run is None:
+                self.bus.publish(RunStarted, session=session, run_id=run_id)
+            elif only_unknown or run.state != "running":
+                return
+            error = self._policy.error(exc)
+            self.bus.publish(
+                RunFinished, session=session, run_id=run_id, outcome="failed", error=error
+            )
+        except (BusUnavailable, BusClosed) as exc2:
+            logger.warning("task %r: could not announce it failed: %s", run_id, exc2)
+
+    async def _from_start(
+        self, session: str, task: str, first_event_id: str | None
+    ) -> Subscription[Any]:
+        """The task's run from its ``run.started`` (from its snapshot when the bus no
+        longer holds its start), then live, to its end."""
+        if first_event_id is not None:
+            sub = self.bus.resume(
+                session=session, run=task, after=first_event_id, at=True, buffer=self.buffer
+            )
+        else:
+            sub = self.bus.subscribe(session=session, run=task, snapshot=True, buffer=self.buffer)
+        return await serving.prepared(sub)
+
+    async def _respond(
+        self, pump: _Pump, streaming: bool, send: serving.Send, receive: serving.Receive
+    ) -> None:
+        if not streaming:
+            try:
+                await pump.collect(send)
+            finally:
+                pump.sub.close()
+            return
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await serving.event_stream(self._streams, receive, send, pump.run)
+        except OSError:
+            pass
+        finally:
+            pump.sub.close()
+
+    # -- GetTask, CancelTask ---------------------------------------------------------------
+
+    async def _task(
+        self, request: RequestInfo, params: Any, send: serving.Send, *, decide: bool = False
+    ) -> tuple[str, str, Principal | bool, Snapshot] | None:
+        task = wire.task_param(params)
+        session = wire.session_of(task)
+        principal = await self._admit(request, session, send, decide=decide)
+        if principal is None:
+            return None
+        snapshot = await self._snapshot(session)
+        if not any(r.run_id == task for r in snapshot.runs):
+            raise RpcError(wire.TASK_NOT_FOUND, f"task {task!r} was not found")
+        return task, session, principal, snapshot
+
+    async def _get(
+        self, request: RequestInfo, request_id: object, params: Any, send: serving.Send
+    ) -> None:
+        found = await self._task(request, params, send)
+        if found is None:
+            return
+        task, session, _, snapshot = found
+        await serving.send_json(send, 200, _result(request_id, _task_body(snapshot, task, session)))
+
+    async def _cancel(
+        self, request: RequestInfo, request_id: object, params: Any, send: serving.Send
+    ) -> None:
+        found = await self._task(request, params, send, decide=True)
+        if found is None:
+            return
+        task, session, _, snapshot = found
+        run = next(r for r in snapshot.runs if r.run_id == task)
+        if run.state != "running":
+            raise RpcError(wire.TASK_NOT_CANCELABLE, f"task {task!r} has ended ({run.state})")
+        sub = await serving.prepared(
+            self.bus.subscribe(RunFinished, session=session, run=task, buffer=self.buffer)
+        )
+        try:
+            here = self._tasks.get((session, task))
+            if here is not None:
+                here.cancel()
+            elif self.cancel_task is None or not await self.cancel_task(session, task):
+                raise RpcError(
+                    wire.TASK_NOT_CANCELABLE, f"task {task!r} does not run in this server"
+                )
+            with anyio.move_on_after(self.cancel_timeout):
+                async for event in sub:
+                    if isinstance(event, RunFinished) and event.run_id == task:
+                        break
+        finally:
+            await sub.aclose()
+        body = _task_body(await self._snapshot(session), task, session)
+        await serving.send_json(send, 200, _result(request_id, body))
+
+    # -- SubscribeToTask ---------------------------------------------------------------------
+
+    async def _subscribe(
+        self,
+        request: RequestInfo,
+        request_id: object,
+        params: Any,
+        send: serving.Send,
+        receive: serving.Receive,
+    ) -> None:
+        found = await self._task(request, params, send)
+        if found is None:
+            return
+        task, session, _, snapshot = found
+        encoder = wire.Encoder(task, session)
+        opening = [{"task": _task_body(snapshot, task, session)}]
+        after = request.headers.get("last-event-id", "").strip()
+        run = next(r for r in snapshot.runs if r.run_id == task)
+        if after:
+            sub = self.bus.resume(session=session, run=task, after=after, buffer=self.buffer)
+        elif run.state == "running":
+            sub = self.bus.subscribe(session=session, run=task, buffer=self.buffer)
+        else:
+            await _write_all(send, request_id, opening)
+            return
+        sub = await serving.prepared(sub)
+        # what the client has already seen decides where the task stands for it
+        origin = getattr(sub, "origin", None)
+        state = getattr(origin, "state", None)
+        if isinstance(state, Snapshot):
+            encoder.from_snapshot(state, None)
+        pump = _Pump(self, sub, encoder, request_id, started=True, opening=opening)
+        await self._respond(pump, True, send, receive)
+
+
+def _envelope(envelope: object) -> tuple[str, object, Any]:
+    """The method, id and params of a JSON-RPC 2.0 request."""
+    if not isinstance(envelope, dict):
+        raise RpcError(wire.INVALID_REQUEST, "a request is a JSON-RPC 2.0 object")
+    request_id = envelope.get("id")
+    if not (request_id is None or isinstance(request_id, (str, int))) or isinstance(
+        request_id, bool
+    ):
+        raise RpcError(wire.INVALID_REQUEST, "the id must be a string, a number or null")
+    if envelope.get("jsonrpc") != "2.0":
+        raise RpcError(wire.INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')
+    method = envelope.get("method")
+    if not isinstance(method, str) or not method:
+        raise RpcError(wire.INVALID_REQUEST, "the method must be a string")
+    params = envelope.get("params", {})
+    return method, request_id, params
+
+
+def _result(request_id: object, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _task_body(snapshot: Snapshot, task: str, session: str) -> dict[str, Any]:
+    body = wire.task_of(snapshot, task, session)
+    if body is None:
+        raise RpcError(wire.TASK_NOT_FOUND, f"task {task!r} was not found")
+    return body
+
+
+def _frame(request_id: object, result: Any) -> bytes:
+    return b"data: " + dumpb(_result(request_id, result)) + b"\n\n"
+
+
+async def _write(send: serving.Send, chunks: list[bytes]) -> None:
+    await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+
+
+async def _write_all(send: serving.Send, request_id: object, responses: list[Any]) -> None:
+    headers = [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"cache-control", b"no-cache"),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    body = b"".join(_frame(request_id, r) for r in responses)
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Pump:
+    """One response: the task's events as ``StreamResponse`` objects, until the task
+    ends or waits for a person (``TASK_STATE_INPUT_REQUIRED`` ends the response)."""
+
+    def __init__(
+        self,
+        app: A2AApp,
+        sub: Subscription[Any],
+        encoder: wire.Encoder,
+        request_id: object,
+        *,
+        started: bool,
+        opening: list[dict[str, Any]] | None = None,
+        skip: set[str] | None = None,
+    ) -> None:
+        self.app = app
+        self.sub = sub
+        self.encoder = encoder
+        self.request_id = request_id
+        self.started = started
+        self.opening = opening or []
+        #: Approvals answered by this request: what comes up to their requests is what
+        #: the client has (its last response ended there) and is not sent again.
+        self.skip = set(skip) if skip else None
+
+    async def responses(self) -> Any:
+        """The ``StreamResponse`` objects, then None at each heartbeat."""
+        for opening in self.opening:
+            yield opening
+        encoder = self.encoder
+        deadline = None if self.started else time.monotonic() + self.app.start_timeout
+
+        def wait() -> float:
+            if deadline is None:
+                return self.app.heartbeat
+            return min(self.app.heartbeat, max(0.0, deadline - time.monotonic()))
+
+        paced = beats(self.sub, self.sub.batches(), wait)
+        async with aclosing(paced):
+            async for batch in paced:
+                if batch is None:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise RpcError(-32603, "the agent did not start the task in time")
+                    yield None
+                    continue
+                deadline = None
+                if self.skip is not None:
+                    batch = self._skipped(batch)
+                ends = _wait_point(batch)
+                for k, event in enumerate(batch):
+                    for response in encoder.encode(event):
+                        yield response
+                    if encoder.final is not None:
+                        return
+                    if k == ends and encoder.waiting:
+                        return  # the task requires input: what follows continues it
+                if isinstance(batch[-1], RunFinished) and batch[-1].run_id == encoder.task:
+                    return  # interrupted: the run ended waiting for a person
+
+    def _skipped(self, batch: list[Any]) -> list[Any]:
+        """What of ``batch`` is sent: the events after the requests of the approvals
+        this request answered (the client has the rest; the encoder learns it)."""
+        skip = self.skip
+        assert skip is not None
+        for k, event in enumerate(batch):
+            self.encoder.encode(event)
+            if isinstance(event, ApprovalRequested):
+                skip.discard(event.approval_id)
+            if not skip:
+                self.skip = None
+                return batch[k + 1 :]
+        return []
+
+    async def run(self, send: serving.Send) -> None:
+        """Write the response as SSE through ``send``."""
+        try:
+            async with aclosing(self.responses()) as responses:
+                async for response in responses:
+                    if response is None:
+                        await _write(send, [_PING])
+                    else:
+                        await _write(send, [_frame(self.request_id, response)])
+        except SlowConsumer as exc:
+            logger.info("cutting a slow A2A client: %s", exc)
+        except RpcError as exc:
+            await _write(send, [b"data: " + dumpb(exc.body(self.request_id)) + b"\n\n"])
+        except (BusUnavailable, BusClosed) as exc:
+            error = RpcError(-32603, f"the event bus is unavailable: {exc}")
+            await _write(send, [b"data: " + dumpb(error.body(self.request_id)) + b"\n\n"])
+
+    async def collect(self, send: serving.Send) -> None:
+        """``SendMessage``: wait for the end (or the wait for a person), answer the
+        ``Task`` as it then stands."""
+        try:
+            async with aclosing(self.responses()) as responses:
+                async for _ in responses:
+                    pass
+        except SlowConsumer:
+            pass
+        encoder = self.encoder
+        snapshot = await self.app._snapshot(encoder.session)
+        await serving.send_json(
+            send, 200, _result(self.request_id, _task_body(snapshot, encoder.task, encoder.session))
+        )
+
+
+def _wait_point(batch: list[Any]) -> int:
+    """The index of the last approval request of ``batch`` not decided within it (the
+    response ends there), or -1."""
+    decided = {e.approval_id for e in batch if isinstance(e, ApprovalResolved)}
+    for k in range(len(batch) - 1, -1, -1):
+        event = batch[k]
+        if isinstance(event, ApprovalRequested) and event.approval_id not in decided:
+            return k
+    return -1
