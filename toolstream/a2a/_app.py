@@ -8,7 +8,7 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -33,7 +33,7 @@ from toolstream import (
 )
 from toolstream import _serving as serving
 from toolstream._core.jsonenc import dumpb
-from toolstream.chat._app import _host_agents, _log_failure, _Turn
+from toolstream.chat._app import TurnRequest, _describe, _host_agents, _Turn
 from toolstream.dialects._pump import beats
 
 from . import _wire as wire
@@ -71,53 +71,22 @@ _PING = b": ping\n\n"
 
 
 @attrs.frozen(kw_only=True)
-class TaskRequest:
+class TaskRequest(TurnRequest):
     """What ``start_task`` gets: start the agent on ``session`` (the ``contextId``) as
     run ``run_id`` (the ``taskId``).
 
     ``message`` is the client's A2A ``Message`` (proto-JSON) and ``body`` the request's
     ``params``; ``principal`` is what ``authorize`` returned (``None`` without one).
-    :meth:`start_soon` runs the agent in this server process: the task outlives the
-    response (a client going away never stops it) and ``CancelTask`` cancels it.
+    It is a :class:`~toolstream.chat.TurnRequest` whose ``messages`` is the user's
+    message as a chat message (``{"role": "user", "content": <its text parts>}``), so a
+    framework's ``chat_agent(...)`` is a ``start_task`` as it is: ``A2AApp(bus,
+    chat_agent(graph), card=…)``. :meth:`start_soon` runs the agent in this server
+    process: the task outlives the response (a client going away never stops it) and
+    ``CancelTask`` cancels it; an agent that raises ends the task
+    ``TASK_STATE_FAILED``.
     """
 
-    session: str
-    run_id: str
     message: dict[str, Any]
-    body: dict[str, Any]
-    principal: Any = None
-    #: The bus the ``A2AApp`` serves (what the agent's tracker publishes on).
-    bus: Bus | None = None
-    _task_group: TaskGroup | None = attrs.field(default=None, alias="task_group", repr=False)
-    _on_error: Callable[[str, str, BaseException], Awaitable[None]] | None = attrs.field(
-        default=None, alias="on_error", repr=False
-    )
-
-    @property
-    def user_text(self) -> str:
-        """The text parts of the client's message, joined."""
-        parts = self.message.get("parts")
-        if not isinstance(parts, list):
-            return ""
-        return "".join(
-            p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
-
-    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``await fn(*args)`` as this task's agent, in the server process. If it
-        raises, the server logs one line with the reason and the task ends
-        ``TASK_STATE_FAILED`` (a run it never announced is announced failed)."""
-        if self._task_group is None:
-            raise RuntimeError("this TaskRequest was not made by an A2AApp request")
-        self._task_group.start_soon(self._guarded, fn, args)
-
-    async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any) -> None:
-        try:
-            await fn(*args)
-        except Exception as exc:
-            if self._on_error is None:
-                raise
-            await self._on_error(self.session, self.run_id, exc)
 
 
 #: ``start_task(request)``: start the agent (a task via ``request.start_soon``, or a job
@@ -336,13 +305,13 @@ class A2AApp:
         if run is None:
             raise RpcError(wire.TASK_NOT_FOUND, f"task {sent.task!r} was not found")
         if not sent.decisions:
+            if run.state != "running":
+                raise RpcError(wire.UNSUPPORTED, f"task {sent.task!r} has ended ({run.state})")
             raise RpcError(
                 wire.UNSUPPORTED,
                 "a task takes no further messages but decisions on its approvals "
                 "(data parts {approval_id, approved})",
             )
-        if run.state != "running":
-            raise RpcError(wire.UNSUPPORTED, f"task {sent.task!r} has ended")
         answered = await self._decide(sent, principal)
         sub = await self._from_start(sent.session, sent.task, run.first_event_id)
         encoder = wire.Encoder(sent.task, sent.session)
@@ -407,6 +376,7 @@ class A2AApp:
             task_request = TaskRequest(
                 session=sent.session,
                 run_id=run_id,
+                messages=[{"role": "user", "content": sent.text}],
                 message=sent.message,
                 body=params,
                 principal=None if principal is True else principal,
@@ -430,7 +400,7 @@ class A2AApp:
             ):
                 sub.close()
                 body = encoder.task_object("TASK_STATE_SUBMITTED")
-                await serving.send_json(send, 200, _result(request_id, body["task"]))
+                await serving.send_json(send, 200, _result(request_id, body))
                 return
             pump = _Pump(
                 self,
@@ -588,6 +558,12 @@ class A2AApp:
         await self._respond(pump, True, send, receive)
 
 
+def _log_failure(what: str, session: str, task: str, exc: BaseException) -> None:
+    """One line with the reason (the traceback at debug level)."""
+    logger.error("context %r task %r: %s failed: %s", session, task, what, _describe(exc))
+    logger.debug("the failure of task %r", task, exc_info=exc)
+
+
 def _envelope(envelope: object) -> tuple[str, object, Any]:
     """The method, id and params of a JSON-RPC 2.0 request."""
     if not isinstance(envelope, dict):
@@ -736,9 +712,8 @@ class _Pump:
             pass
         encoder = self.encoder
         snapshot = await self.app._snapshot(encoder.session)
-        await serving.send_json(
-            send, 200, _result(self.request_id, _task_body(snapshot, encoder.task, encoder.session))
-        )
+        task = _task_body(snapshot, encoder.task, encoder.session)
+        await serving.send_json(send, 200, _result(self.request_id, {"task": task}))
 
 
 def _wait_point(batch: list[Any]) -> int:
