@@ -34,6 +34,7 @@ from a2a.utils.errors import (
 from google.protobuf import json_format
 
 import toolstream as ts
+from tests.chat_frameworks import FRAMEWORKS, start_turn_of
 from tests.chat_scenarios import STORY, run_script
 from tests.servers import Served, eventually, serve
 from toolstream.a2a import EXTENSION_URI, A2AApp, TaskRequest
@@ -686,3 +687,25 @@ async def test_a_sub_agents_calls_are_nested_under_the_call_that_runs_it(bus: ts
     assert all(d["parent_call_id"] == research[0]["call_id"] for d in search)
     assert "parent_call_id" not in research[0]
     assert final(got) == "TASK_STATE_COMPLETED"
+
+
+# -- a framework's agent -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_frameworks_chat_agent_is_a_start_task_as_it_is(
+    bus: ts.EventBus, framework: str
+) -> None:
+    with serve(A2AApp(bus, start_turn_of(framework), card=CARD)) as served:
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await connect(served.url, http)
+            weather = await stream(client, said("What is the weather in Paris?"))
+            assert [d["state"] for d in calls(weather, "get_weather")][-1] == "completed"
+            assert any("21" in text for text in texts(weather))
+            assert final(weather) == "TASK_STATE_COMPLETED"
+            asked = await stream(client, said("Email the team"))
+            assert final(asked) == "TASK_STATE_INPUT_REQUIRED"
+            approval = calls(asked)[-1]["approval_id"]
+            sent = await stream(client, decision(task_of(asked), approval, True))
+    assert [d["state"] for d in calls(sent, "send_email")][-1] == "completed"
+    assert final(sent) == "TASK_STATE_COMPLETED"
