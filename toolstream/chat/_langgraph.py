@@ -37,6 +37,7 @@ from toolstream import (
     ToolCancelled,
     ToolCompleted,
     ToolCreated,
+    ToolDenied,
     ToolFailed,
     ToolOutputDelta,
     ToolOutputPartial,
@@ -69,10 +70,12 @@ _ANNOUNCED = frozenset(
 _SILENT: frozenset[type[Event]] = frozenset(
     {MessageStarted, ToolCreated, ToolArgsDelta, ApprovalRequested, ApprovalResolved, BatchPhase}
 )
+#: How an ended call that returned nothing is said: the word, and the reason when the
+#: call has none of its own.
 _ENDED_WORDS = {
-    CallState.CANCELLED: "Cancelled",
-    CallState.DENIED: "Denied",
-    CallState.LOST: "Lost",
+    CallState.CANCELLED: ("Cancelled", "the call was cancelled"),
+    CallState.DENIED: ("Denied", "the call was not approved"),
+    CallState.LOST: ("Lost", "the call was lost"),
 }
 
 
@@ -227,7 +230,11 @@ class LangGraph(RunFramedDialect):
             assert isinstance(event, ToolCompleted)
             out += self._start(call)
             out.append(self._tools("on_tool_end", call, output=event.result))
-        elif kind is ToolFailed or (kind is ToolCancelled and call.call_id in self._started):
+        elif kind is ToolFailed or (
+            kind in (ToolCancelled, ToolDenied) and call.call_id in self._started
+        ):
+            # A call refused or cancelled after it started (asked from inside) ends as
+            # an error; one that never started says nothing here, only its tool message.
             out += self._start(call)
             out.append(self._tools("on_tool_error", call, error=_ended_text(call)))
         return out + self._values()
@@ -365,8 +372,8 @@ def _ended_text(call: CallSnapshot) -> str:
     """``"TimeoutError: timed out"``, ``"Denied: <reason>"``, ``"Cancelled: <reason>"``."""
     if call.state is CallState.FAILED:
         return error_text(call.error)
-    word = _ENDED_WORDS.get(call.state, "Ended")
-    return f"{word}: {call.reason}" if call.reason else word
+    word, otherwise = _ENDED_WORDS.get(call.state, ("Ended", "the call ended"))
+    return f"{word}: {call.reason or otherwise}"
 
 
 def _json(value: Any) -> str:
