@@ -110,7 +110,7 @@ def _say(tracker: ts.Tracker, text: str) -> None:
         message.delta(text)
 
 
-Dialect = Literal["ai_sdk", "agui"]
+Dialect = Literal["ai_sdk", "agui", "langgraph"]
 #: A chat server: ``(bus, dialect) -> ChatApp`` whose turns follow the canonical script.
 ChatServer = Callable[[ts.Bus, Dialect], ChatApp]
 

@@ -1,5 +1,6 @@
-"""Chat endpoints real clients drive: :class:`ChatApp` serves AI SDK ``useChat`` and
-AG-UI's ``HttpAgent`` — a POST starts (or continues) a turn, the response is its stream.
+"""Chat endpoints real clients drive: :class:`ChatApp` serves AI SDK ``useChat``,
+AG-UI's ``HttpAgent`` and LangGraph's ``useStream`` (``dialect="langgraph"``) — a POST
+starts (or continues) a turn, the response is its stream.
 
 ::
 

@@ -1,5 +1,6 @@
-"""ChatApp: the endpoints real chat clients drive — AI SDK ``useChat`` and AG-UI's
-``HttpAgent`` POST a turn and read that turn's stream as the response."""
+"""ChatApp: the endpoints real chat clients drive — AI SDK ``useChat``, AG-UI's
+``HttpAgent`` and LangGraph's ``useStream`` POST a turn and read that turn's stream as
+the response."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from toolstream.dialects.ai_sdk import AISDK
 from toolstream.sse._app import encode_frame
 
 from ._bodies import BadBody, ChatBody, parse_body
+from ._langgraph import LangGraph, publish_user_messages, thread_history
 from ._pump import Pump, frames
 
 logger = logging.getLogger("toolstream.chat")
@@ -164,10 +166,19 @@ class ChatApp:
     entries answer the interrupts of a waiting run and continue it, otherwise a turn
     starts as run ``runId``.
 
-    Both: a response ends where the run waits for a person (AI SDK: ``finish``
+    ``dialect="langgraph"`` (``useStream`` with ``FetchStreamTransport``): ``POST``
+    ``{input, command?, config: {configurable: {thread_id}}}``; ``input`` starts a
+    turn (the user's messages are kept on the bus, and ``TurnRequest.messages`` holds
+    the thread's earlier words from it), ``command.resume`` ``{"<interrupt id>":
+    {approved, reason?, args?}}`` continues the waiting run. The response is
+    LangGraph's stream: ``metadata``, ``values`` (the thread's whole state),
+    ``messages``, ``tools``, ``error``.
+
+    All: a response ends where the run waits for a person (AI SDK: ``finish``
     with ``finishReason: "tool-calls"``; AG-UI: ``RUN_FINISHED`` with the interrupt
-    outcome); a client going away never cancels the turn — ``POST …/<chat id>/stop``
-    does (authorized like a decision; in-process turns, or ``cancel_turn``).
+    outcome; LangGraph: ``values`` with ``__interrupt__``); a client going away never
+    cancels the turn — ``POST …/<chat id>/stop`` does (authorized like a decision;
+    in-process turns, or ``cancel_turn``).
 
     Sub-agents stream in both (AG-UI ``SUBAGENT_*`` events; AI SDK: the sub-agent's
     message as its call's output). The AI SDK has no approvals inside sub-agents: a call
@@ -185,7 +196,7 @@ class ChatApp:
         bus: Bus,
         start_turn: StartTurn,
         *,
-        dialect: Literal["ai_sdk", "agui"] = "ai_sdk",
+        dialect: Literal["ai_sdk", "agui", "langgraph"] = "ai_sdk",
         authorize: serving.Authorize | None = None,
         cancel_turn: CancelTurn | None = None,
         allowed_origins: Iterable[str] | None = None,
@@ -194,8 +205,8 @@ class ChatApp:
         max_body_bytes: int = 4 * 1024 * 1024,
         buffer: int = 4096,
     ) -> None:
-        if dialect not in ("ai_sdk", "agui"):
-            raise ValueError(f"dialect must be 'ai_sdk' or 'agui', not {dialect!r}")
+        if dialect not in ("ai_sdk", "agui", "langgraph"):
+            raise ValueError(f"dialect must be 'ai_sdk', 'agui' or 'langgraph', not {dialect!r}")
         if not heartbeat > 0 or not start_timeout > 0:
             raise ValueError("heartbeat and start_timeout must be positive seconds")
         self.bus = bus
@@ -313,7 +324,11 @@ class ChatApp:
             if self._turns.get(key) is turn:
                 del self._turns[key]
 
+        dialect: RunFramedDialect | None = None
         try:
+            if self.dialect == "langgraph":
+                dialect, earlier = await self._turn_dialect(chat, run_id)
+                chat = attrs.evolve(chat, messages=earlier + chat.messages)
             sub = await serving.prepared(
                 self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
             )
@@ -345,7 +360,8 @@ class ChatApp:
                 await self._fail_run(chat.session, run_id, exc, only_unknown=True)
             finally:
                 started.set()  # the agent's group now ends with its tasks
-            dialect = self._dialect()
+            if dialect is None:
+                dialect = self._dialect()
             if continues is not None and isinstance(dialect, AISDK):
                 dialect.continue_message(continues)
             await self._stream(sub, dialect, receive, send, started=False)
@@ -441,7 +457,7 @@ class ChatApp:
         the part up to (and with) the requests of those approvals is what the client
         has already, and only what follows it is sent."""
         sub = await self._whole_run(chat.session, run)
-        dialect = self._dialect()
+        dialect = await self._dialect_for(chat.session, run.run_id)
         if isinstance(dialect, AGUI):
             dialect.continuation_id = chat.run_id
         if continues is not None and isinstance(dialect, AISDK):
@@ -458,11 +474,11 @@ class ChatApp:
 
     async def _empty(self, send: serving.Send, continues: str | None, chat: ChatBody) -> None:
         """A well-formed, empty response: a retried continuation whose run is gone."""
-        dialect = self._dialect()
+        name = chat.run_id or f"run_{secrets.token_hex(8)}"
+        dialect = await self._dialect_for(chat.session, name)
         if continues is not None and isinstance(dialect, AISDK):
             dialect.continue_message(continues)
         encoder = Encoder(dialect)
-        name = chat.run_id or f"run_{secrets.token_hex(8)}"
         now = time.time()
         started = RunStarted(id="0-0", ts=now, session=chat.session, run_id=name)
         finished = RunFinished(id="0-0", ts=now, session=chat.session, run_id=name)
@@ -627,6 +643,26 @@ class ChatApp:
 
     def _dialect(self) -> RunFramedDialect:
         return AGUI() if self.dialect == "agui" else AISDK()
+
+    async def _dialect_for(self, session: str, run_id: str) -> RunFramedDialect:
+        """The dialect of a response of run ``run_id`` (LangGraph's holds the thread's
+        state, read from the bus)."""
+        if self.dialect != "langgraph":
+            return self._dialect()
+        return LangGraph(thread=session, run_id=run_id, history=await self._snapshot(session))
+
+    async def _turn_dialect(
+        self, chat: ChatBody, run_id: str
+    ) -> tuple[LangGraph, list[dict[str, Any]]]:
+        """A LangGraph turn: the user's new messages published on the chat (where any
+        gateway process finds them); the dialect of its response, which shows them with
+        the thread's earlier state, and the thread's earlier words (the client sends
+        only its new message)."""
+        history = await self._snapshot(chat.session)
+        said = publish_user_messages(self.bus, chat.session, chat.messages, history)
+        dialect = LangGraph(thread=chat.session, run_id=run_id, history=history)
+        dialect.seen(said)
+        return dialect, thread_history(history)
 
     async def _admit(
         self, request: RequestInfo, session: str, send: serving.Send
