@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolstream as ts
+from toolstream import dialects
 from toolstream._core.subscription import coalesce
 from toolstream.testing import Recorder, assert_lifecycle
 
@@ -400,3 +401,26 @@ def test_a_broken_bus_does_not_raise_into_the_agent() -> None:
     message.finish()
     assert message.finished
     time.sleep(0)
+
+
+@pytest.mark.parametrize("name", ["ai_sdk", "agui", "native"])
+def test_a_persons_words_on_the_bus_are_not_the_agents_text(bus: ts.EventBus, name: str) -> None:
+    """A message with role ``user`` (LangGraph clients' words, kept on the bus) is no
+    text of the agent in the protocols that frame the agent's message."""
+    bus.publish(ts.MessageStarted, session="s", message_id="u1", role="user")
+    bus.publish(ts.MessageDelta, session="s", message_id="u1", text="is it raining in Oslo")
+    bus.publish(ts.MessageFinished, session="s", message_id="u1")
+    with ts.Tracker(bus, "s") as tracker, tracker.run("r1"), tracker.message() as message:
+        message.delta("Hello.")
+    dialect = dialects.get(name)
+    wire = json.dumps([m.payload for e in events_of(bus) for m in dialect.encode(e)], default=str)
+    assert "Hello." in wire
+    if name == "native":
+        assert '"role": "user"' in wire  # native says whose words they are
+    else:
+        assert "Oslo" not in wire
+    snapshot = ts.StreamReset(id="9-9", ts=0.0, session="s", snapshot=bus.snapshot("s"))
+    fresh = dialects.get(name)
+    again = json.dumps([m.payload for m in fresh.encode(snapshot)], default=str)
+    if name != "native":
+        assert "Oslo" not in again

@@ -22,6 +22,7 @@ from toolstream import (
     Event,
     MessageDelta,
     MessageFinished,
+    MessageStarted,
     RunFinished,
     RunSnapshot,
     RunStarted,
@@ -330,6 +331,7 @@ class Encoder:
         self.session = session
         self._texts: set[str] = set()  # messages whose first chunk was sent
         self._denied: set[str] = set()  # calls whose denial was sent
+        self._people: set[str] = set()  # messages that are a person's words
         #: Approvals asked and not decided (the task requires input while any is).
         self.waiting: dict[str, dict[str, Any]] = {}
         #: The final state, once the task's run ended.
@@ -396,9 +398,14 @@ class Encoder:
                 self.waiting[event.approval_id] = data
                 return [self.status("TASK_STATE_INPUT_REQUIRED", event, [{"data": data}])]
             return [self.status("TASK_STATE_WORKING", event, [{"data": data}])]
+        if kind is MessageStarted:
+            assert isinstance(event, MessageStarted)
+            if event.role != "assistant":
+                self._people.add(event.message_id)
+            return []
         if kind is MessageDelta:
             assert isinstance(event, MessageDelta)
-            if event.kind != "text" or not event.text:
+            if event.kind != "text" or not event.text or event.message_id in self._people:
                 return []
             return [self._artifact(event, event.message_id, event.text, False)]
         if kind is MessageFinished:

@@ -25,6 +25,7 @@ from toolstream import (
     MessageDelta,
     MessageFinished,
     MessageSnapshot,
+    MessageStarted,
     RunFinished,
     RunSnapshot,
     RunStarted,
@@ -503,6 +504,11 @@ class RunFramedDialect(BaseDialect):
             if memory is not None and len(memory.open) == 1 and event.kind in memory.open:
                 return self._part(event.kind, "delta", message_id, event.text, memory.subrun)
         out: list[WireMessage] = []
+        if isinstance(event, MessageStarted) and event.role != "assistant":
+            # A person's words (a LangGraph client's message, kept on the bus): not the
+            # agent's message these protocols frame.
+            frame.finish_message(message_id)
+            return []
         if isinstance(event, MessageFinished):
             memory = frame.messages.get(message_id)
             if memory is not None:
@@ -527,6 +533,8 @@ class RunFramedDialect(BaseDialect):
         for snap in ordered:
             if snap.run_id not in runs or frame.message_done(snap.message_id):
                 continue
+            if snap.role != "assistant":
+                continue  # a person's words, not the agent's
             if snap.message_id in frame.messages:
                 continue  # the client has it (what it missed is not known here)
             out += self._message_snapshot(snap)
