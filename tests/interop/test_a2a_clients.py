@@ -41,6 +41,7 @@ Update = dict[str, Any]
 #: The scenarios of a2a_client.mjs run against the EventBus server, in one process.
 SCENARIOS = [
     "weather",
+    "send",
     "build",
     "crash",
     "approve",
@@ -342,13 +343,13 @@ def check_wire(name: str, result: Result) -> None:
             assert read == parsed(raw, a2a_pb2.StreamResponse), (name, raw)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "send"])
 def test_every_response_is_valid_and_read_as_sent(served: Served, scenario: str) -> None:
     check_wire(scenario, served[scenario])
 
 
 #: The scenarios whose streams the SDK's ResultManager folds into the task getTask
-#: answers.
+#: answers (a resubscription: see test_a_resubscription_folds_to_the_task).
 FOLDED = ["weather", "build", "crash", "approve", "deny", "cancel", "story"]
 
 
@@ -360,6 +361,43 @@ def test_the_sdk_folds_the_stream_into_the_task(served: Served, scenario: str) -
     folded, task = result["folded"], answer(result, "getTask")
     assert folded["status"]["state"] == task["status"]["state"]
     assert artifacts(folded) == artifacts(task)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SubscribeToTask with Last-Event-ID opens with the task as it stands now "
+    "(state and artifacts up to date), not as it stood at that event, then replays the "
+    "events after it: the replayed chunks are appended to artifacts that already hold "
+    "them, and status updates follow a terminal Task",
+)
+@pytest.mark.parametrize("scenario", ["resume", "resume-after-end"])
+def test_a_resubscription_folds_to_the_task(served: Served, scenario: str) -> None:
+    """The driver resubscribes once the task has gone on past the cut (or ended)."""
+    result = served[scenario]
+    (reference,) = streams(served["story"])
+    assert [text for _, text in artifacts(result["folded"])] == list(texts(reference).values())
+    cut, rest = streams(result)
+    opening = rest[0]["task"]
+    # The opening Task is the task at the cursor: what the cut part had, still running.
+    assert short(opening["status"]["state"]) == "WORKING"
+    assert artifacts(opening) == list(texts(cut, whole=False).items())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SendMessage answers the bare Task as its result, not a SendMessageResponse "
+    '({"task": Task}): the client throws "Invalid response: missing payload"',
+)
+def test_send_message(served: Served) -> None:
+    check_wire("send", served.results["send"])
+    result = served["send"]
+    task = answer(result, "sendMessage")
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [text for _, text in artifacts(task)] == [
+        "Let me check the weather in Paris.",
+        "It is 21 degrees in Paris.",
+    ]
+    assert task == answer(result, "getTask")
 
 
 def test_stream(served: Served) -> None:
