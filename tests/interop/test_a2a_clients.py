@@ -1,7 +1,8 @@
 """The A2A JavaScript SDK's own client (``@a2a-js/sdk`` 1.3: ``ClientFactory`` and its
 JSON-RPC transport) drives ``A2AApp`` through the canonical script
 (tests/chat_scenarios.py), in Node (a2a_client.mjs), against a real uvicorn on
-127.0.0.1, on an ``EventBus``.
+127.0.0.1: on an ``EventBus``, and on ``RedisBus`` across two gateway processes
+(tests/a2a_procs.py), a cut stream resumed on the other one.
 
 The driver runs all its scenarios in one process and reports every ``StreamResponse``
 the client yielded (as proto-JSON) and every JSON-RPC result read off the wire; each is
@@ -15,6 +16,7 @@ import contextlib
 import json
 import shutil
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,8 +28,10 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.message import Message
 
 import toolstream as ts
+from tests.chat_procs import wait_until_up
 from tests.chat_scenarios import CRASH, STORY, run_script
 from tests.conftest import require
+from tests.redis_server import RedisServer, free_port
 from tests.servers import serve
 from toolstream.a2a import EXTENSION_URI, A2AApp, TaskRequest
 
@@ -591,3 +595,75 @@ def test_resubscribe_after_a_cut(served: Served) -> None:
 def test_resubscribe_after_the_end(served: Served) -> None:
     (reference,) = streams(served["story"])
     resumed(served.history, served["resume-after-end"], reference, "COMPLETED")
+
+
+# -- RedisBus, two gateway processes -----------------------------------------------------
+
+
+class Gateways:
+    """Two gateway processes (tests/a2a_procs.py) of one RedisBus."""
+
+    def __init__(self, redis_url: str) -> None:
+        from tests.a2a_procs import spawn
+
+        self.redis_url = redis_url
+        self.prefix = f"a2a{uuid.uuid4().hex[:10]}"
+        self.urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+        self.procs = [
+            spawn("gateway", redis_url, self.prefix, url.rpartition(":")[2]) for url in self.urls
+        ]
+
+    def history(self, session: str, task: str, first: str) -> list[ts.Event]:
+        """:func:`read_history` on a RedisBus of the deployment, in an asyncio loop of its
+        own (redis-py has no trio support)."""
+        from toolstream.redis import RedisBus
+
+        async def read() -> list[ts.Event]:
+            async with RedisBus(self.redis_url, prefix=self.prefix) as bus:
+                return await read_history(bus, session, task, first)
+
+        return anyio.run(read, backend="asyncio")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def gateways(redis_server: RedisServer) -> Iterator[tuple[Gateways, Result]]:
+    """The story started on gateway A and cut, resumed on gateway B while it runs, and
+    again after it ended; the uncut story for reference. One Node process."""
+    require(*a2a_client_available())
+    deployment = Gateways(redis_server.url)
+    try:
+        for url in deployment.urls:
+            wait_until_up(url, deployment.procs)
+        document = run_client(*deployment.urls, "story", "resume", "resume-after-end")
+        yield deployment, document["results"]
+    finally:
+        deployment.close()
+
+
+def across(gateways: tuple[Gateways, Result], scenario: str) -> None:
+    deployment, results = gateways
+    result = ran(results, scenario)
+    a, b = deployment.urls
+    # the story started on gateway A; it was resubscribed to on gateway B
+    assert [(e["method"], e["url"]) for e in result["wire"]][:1] == [
+        ("SendStreamingMessage", a + "/")
+    ]
+    assert ("SubscribeToTask", b + "/") in [(e["method"], e["url"]) for e in result["wire"]]
+    assert {e["url"] for e in result["wire"] if e["method"] != "SendStreamingMessage"} == {b + "/"}
+    check_wire(scenario, result)
+    (reference,) = streams(ran(results, "story"))
+    end = "WORKING" if scenario == "resume" else "COMPLETED"
+    resumed(deployment.history, result, reference, end)
+
+
+def test_resubscribe_on_another_gateway(gateways: tuple[Gateways, Result]) -> None:
+    across(gateways, "resume")
+
+
+def test_resubscribe_on_another_gateway_after_the_end(gateways: tuple[Gateways, Result]) -> None:
+    across(gateways, "resume-after-end")
