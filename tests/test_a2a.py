@@ -433,7 +433,8 @@ async def test_resubscribing_after_the_task_ended_replays_and_ends(client: Clien
     task = task_of(done)
     ids = event_ids(done)
     later = await subscribe(client, task["id"], after=ids[3])
-    assert later[0]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert later[0]["task"]["status"]["state"] == "TASK_STATE_WORKING"  # as at the cursor
+    assert later[0]["task"]["metadata"]["event_id"] == ids[3]
     assert event_ids(later) == ids[4:]
     assert updates(later) == updates(done)[4:]
     # at the end: the task only
@@ -467,10 +468,12 @@ async def test_a_cursor_the_bus_no_longer_holds_gets_the_task_state_whole(
 ) -> None:
     done = await stream(client, said("weather"))
     task = task_of(done)
-    got = await subscribe(client, task["id"], after="0123456789ab-99")
-    assert final(got) == "TASK_STATE_COMPLETED"
-    assert [d["state"] for d in calls(got)] == ["completed"]
-    assert texts(got) == texts(done)
+    [got] = await subscribe(client, task["id"], after="0123456789ab-99")
+    opening = got["task"]
+    assert opening["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [c["state"] for c in opening["metadata"]["tool_calls"]] == ["completed"]
+    assert [a["parts"][0]["text"] for a in opening["artifacts"]] == texts(done)
+    assert opening["metadata"]["event_id"]  # where to resume if cut again
 
 
 # -- SendMessage -----------------------------------------------------------------------------------

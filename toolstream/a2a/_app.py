@@ -29,6 +29,7 @@ from toolstream import (
     RunStarted,
     SlowConsumer,
     Snapshot,
+    StreamReset,
     Subscription,
 )
 from toolstream import _serving as serving
@@ -536,25 +537,22 @@ class A2AApp:
         found = await self._task(request, params, send)
         if found is None:
             return
-        task, session, _, snapshot = found
+        task, session, _, _ = found
         encoder = wire.Encoder(task, session)
-        opening = [{"task": _task_body(snapshot, task, session)}]
         after = request.headers.get("last-event-id", "").strip()
-        run = next(r for r in snapshot.runs if r.run_id == task)
         if after:
             sub = self.bus.resume(session=session, run=task, after=after, buffer=self.buffer)
-        elif run.state == "running":
-            sub = self.bus.subscribe(session=session, run=task, buffer=self.buffer)
-        else:
-            await _write_all(send, request_id, opening)
-            return
+        else:  # the task as it stands, then live: the reset the bus starts with
+            sub = self.bus.subscribe(session=session, run=task, snapshot=True, buffer=self.buffer)
         sub = await serving.prepared(sub)
-        # what the client has already seen decides where the task stands for it
-        origin = getattr(sub, "origin", None)
-        state = getattr(origin, "state", None)
-        if isinstance(state, Snapshot):
-            encoder.from_snapshot(state, None)
-        pump = _Pump(self, sub, encoder, request_id, started=True, opening=opening)
+        origin = sub.origin
+        if origin is not None and not origin.reset and isinstance(origin.state, Snapshot):
+            # The Task as it stood at the cursor: what follows it is exactly what the
+            # client missed (an opening of the task as it is now would overlap it).
+            opening = wire.opening_task(origin.state, encoder, after)
+            pump = _Pump(self, sub, encoder, request_id, started=True, opening=[opening])
+        else:
+            pump = _Pump(self, sub, encoder, request_id, started=True, reset_opens=True)
         await self._respond(pump, True, send, receive)
 
 
@@ -601,16 +599,6 @@ async def _write(send: serving.Send, chunks: list[bytes]) -> None:
     await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
 
 
-async def _write_all(send: serving.Send, request_id: object, responses: list[Any]) -> None:
-    headers = [
-        (b"content-type", b"text/event-stream; charset=utf-8"),
-        (b"cache-control", b"no-cache"),
-    ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    body = b"".join(_frame(request_id, r) for r in responses)
-    await send({"type": "http.response.body", "body": body})
-
-
 class _Pump:
     """One response: the task's events as ``StreamResponse`` objects, until the task
     ends or waits for a person (``TASK_STATE_INPUT_REQUIRED`` ends the response)."""
@@ -625,6 +613,7 @@ class _Pump:
         started: bool,
         opening: list[dict[str, Any]] | None = None,
         skip: set[str] | None = None,
+        reset_opens: bool = False,
     ) -> None:
         self.app = app
         self.sub = sub
@@ -635,6 +624,9 @@ class _Pump:
         #: Approvals answered by this request: what comes up to their requests is what
         #: the client has (its last response ended there) and is not sent again.
         self.skip = set(skip) if skip else None
+        #: The first thing the bus delivers is a reset (the task as it stands): it is
+        #: sent as the opening ``Task``.
+        self.reset_opens = reset_opens
 
     async def responses(self) -> Any:
         """The ``StreamResponse`` objects, then None at each heartbeat."""
@@ -657,6 +649,12 @@ class _Pump:
                     yield None
                     continue
                 deadline = None
+                if self.reset_opens:
+                    self.reset_opens = False
+                    yield self._opening(batch[0])
+                    batch = batch[1:] if isinstance(batch[0], StreamReset) else batch
+                    if not batch:
+                        continue
                 if self.skip is not None:
                     batch = self._skipped(batch)
                 ends = _wait_point(batch)
@@ -669,6 +667,13 @@ class _Pump:
                         return  # the task requires input: what follows continues it
                 if isinstance(batch[-1], RunFinished) and batch[-1].run_id == encoder.task:
                     return  # interrupted: the run ended waiting for a person
+
+    def _opening(self, first: Any) -> dict[str, Any]:
+        """The opening ``Task`` of a subscription: the state its reset carries."""
+        encoder = self.encoder
+        if isinstance(first, StreamReset):
+            return wire.opening_task(first.snapshot, encoder, first.id)
+        return encoder.task_object("TASK_STATE_WORKING")
 
     def _skipped(self, batch: list[Any]) -> list[Any]:
         """What of ``batch`` is sent: the events after the requests of the approvals

@@ -516,6 +516,18 @@ def _in_task(run_id: str | None, snapshot: Snapshot, task: str) -> bool:
     return False
 
 
+def opening_task(snapshot: Snapshot, encoder: Encoder, event_id: str) -> dict[str, Any]:
+    """``{"task": Task}`` as ``snapshot`` has it, the encoder brought to that state (what
+    follows is sent as updates), and ``metadata.event_id``: where a client that is cut
+    again resumes."""
+    body = task_of(snapshot, encoder.task, encoder.session)
+    if body is None:
+        body = encoder.task_object("TASK_STATE_SUBMITTED")["task"]
+    encoder.from_snapshot(snapshot, None)
+    body["metadata"] = {**body.get("metadata", {}), "event_id": event_id}
+    return {"task": body}
+
+
 def task_of(snapshot: Snapshot, task: str, session: str) -> dict[str, Any] | None:
     """The ``Task`` object for ``GetTask`` / ``CancelTask``: its state, the agent's text
     as artifacts, and while it requires input, the approvals it waits for; None when the
