@@ -1,4 +1,5 @@
-"""An A2A gateway process: ``A2AApp`` on RedisBus whose tasks run the canonical script
+"""An A2A gateway process: ``A2AApp`` on a broker bus (Redis, NATS or PostgreSQL, as the
+URL says) whose tasks run the canonical script
 (tests/chat_scenarios.py) in the process that took them; any gateway process of the
 bus answers ``GetTask`` and ``SubscribeToTask`` for them.
 
@@ -24,14 +25,14 @@ def spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def gateway(url: str, prefix: str, port: int) -> None:
-    """Serve ``A2AApp(RedisBus)`` on 127.0.0.1:port, its tasks run here."""
+    """Serve ``A2AApp(<the broker bus of url>)`` on 127.0.0.1:port, its tasks run here."""
     import uvicorn
 
+    from tests.broker_procs import open_bus
     from tests.chat_scenarios import run_script
     from toolstream.a2a import A2AApp, TaskRequest
-    from toolstream.redis import RedisBus
 
-    bus = RedisBus(url, prefix=prefix)
+    bus = open_bus(url, prefix)
 
     async def start_task(request: TaskRequest) -> None:
         request.start_soon(run_script, bus, request.session, request.run_id, request.user_text)
