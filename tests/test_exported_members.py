@@ -187,3 +187,26 @@ def test_event_classes_are_frozen_slotted_and_named() -> None:
     for cls in ts.EVENT_TYPES:
         assert "__slots__" in vars(cls), cls
         assert getattr(cls, "__attrs_attrs__", None) is not None
+
+
+#: The chat and A2A transports' public names.
+TRANSPORTS = {
+    "toolstream.chat": {"BadBody", "CancelTurn", "ChatApp", "StartTurn", "TurnRequest"},
+    "toolstream.a2a": {"EXTENSION_URI", "A2AApp", "CancelTask", "StartTask", "TaskRequest"},
+}
+
+
+def test_the_chat_and_a2a_packages_export_exactly_their_names_each_documented() -> None:
+    import importlib
+
+    for module_name, names in TRANSPORTS.items():
+        module = importlib.import_module(module_name)
+        assert set(module.__all__) == names, module_name
+        assert module.__doc__, module_name
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj):
+                assert obj.__doc__, f"{module_name}.{name} has no docstring"
+                for attr, member in vars(obj).items():
+                    if not attr.startswith("_") and callable(member):
+                        assert member.__doc__, f"{module_name}.{name}.{attr} has no docstring"
