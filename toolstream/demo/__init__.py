@@ -3,7 +3,8 @@
 agent turn by turn.
 
 ``build_app(bus)`` is the gateway (the page at ``/``, SSE at ``/events``, WebSocket at
-``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``); ``serve(...)``
+``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``, an A2A server at
+``/a2a``); ``serve(...)``
 runs it under uvicorn with the agent. Needs the ``cli`` extra.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 import anyio
 
 import toolstream as ts
+from toolstream.a2a import A2AApp
 from toolstream.chat import CancelTurn, ChatApp, StartTurn, TurnRequest
 from toolstream.sse import SSEApp
 from toolstream.websocket import WebSocketApp
@@ -38,6 +40,24 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 SESSION = "demo"
 #: Where the chat page's client posts its turns.
 CHAT_API = "/api/chat"
+#: Where the A2A server answers (its card at ``/a2a/.well-known/agent-card.json``).
+A2A_PATH = "/a2a"
+#: The demo agent's A2A card (the app adds streaming, the extension and its URL).
+A2A_CARD = {
+    "name": "toolstream demo agent",
+    "description": "Researches, summarizes and emails: every tool call's lifecycle in "
+    "status updates (urn:toolstream:a2a:tool-lifecycle:v1), resumable by event id.",
+    "version": "1.0.0",
+    "skills": [
+        {
+            "id": "research",
+            "name": "Research and report",
+            "description": "Searches, reads, delegates to a researcher, emails the result "
+            "after your approval.",
+            "tags": ["research", "tools"],
+        }
+    ],
+}
 #: Seconds a chat turn's approval waits for the person at the page (at speed 1).
 CHAT_APPROVAL_TIMEOUT = 300.0
 
@@ -52,7 +72,8 @@ def _static(name: str) -> bytes | None:
 class Gateway:
     """The demo's ASGI app: ``/`` (the page), ``/static/*``, ``/events`` (SSE, every
     dialect), ``/ws`` (WebSocket), ``/chat`` (the chat page) and its ``ChatApp`` at
-    ``/api/chat``, ``/healthz``.
+    ``/api/chat``, ``/a2a`` (an ``A2AApp``: the same agent's tasks; ``GET /a2a`` is its
+    card), ``/healthz``.
 
     Chat turns run the simulated agent in this process (at ``speed``); with ``agent``
     (``pydantic-ai``, ``openai-agents``, ``langgraph``), that framework's demo agent
@@ -77,6 +98,10 @@ class Gateway:
         self.sse = SSEApp(bus, retry_ms=retry_ms)
         self.ws = WebSocketApp(bus)
         self.chat = ChatApp(bus, start_turn or self._start_turn, cancel_turn=cancel_turn)
+        # A TaskRequest is a TurnRequest: the same agent serves A2A tasks.
+        self.a2a = A2AApp(
+            bus, start_turn or self._start_turn, card=A2A_CARD, cancel_task=cancel_turn
+        )
 
     async def _start_turn(self, request: TurnRequest) -> None:
         request.start_soon(self._chat_turn, request)
@@ -98,6 +123,7 @@ class Gateway:
         self.sse.shutdown()
         self.ws.shutdown()
         self.chat.shutdown()
+        self.a2a.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -116,6 +142,11 @@ class Gateway:
             return
         if path == CHAT_API or path.startswith(CHAT_API + "/"):
             await self.chat(scope, receive, send)
+            return
+        if path == A2A_PATH or path.startswith(A2A_PATH + "/"):
+            if path in (A2A_PATH, A2A_PATH + "/") and scope.get("method") == "GET":
+                scope = {**scope, "path": A2A_PATH + "/.well-known/agent-card.json"}
+            await self.a2a(scope, receive, send)
             return
         if path == "/healthz":
             await _reply(send, 200, b'{"ok": true}', "application/json")
