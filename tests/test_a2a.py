@@ -712,3 +712,33 @@ async def test_a_frameworks_chat_agent_is_a_start_task_as_it_is(
             sent = await stream(client, decision(task_of(asked), approval, True))
     assert [d["state"] for d in calls(sent, "send_email")][-1] == "completed"
     assert final(sent) == "TASK_STATE_COMPLETED"
+
+
+async def test_an_approval_of_another_task_is_refused_on_this_one(client: Client) -> None:
+    first = await stream(client, said("Email the team"))
+    one = task_of(first)
+    second = await stream(client, message({"text": "Email the team"}, context=one["contextId"]))
+    two = task_of(second)
+    assert two["contextId"] == one["contextId"] and two["id"] != one["id"]
+    with pytest.raises(InvalidParamsError, match="not of task"):
+        await stream(client, decision(two, calls(first)[-1]["approval_id"], True))
+    done = await stream(client, decision(one, calls(first)[-1]["approval_id"], True))
+    assert final(done) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_decision_on_a_task_whose_start_the_bus_no_longer_holds_gets_its_state() -> None:
+    # The task's first events leave the window at once: the continuation reads the run
+    # from a reset, which it sends (the client cannot know what of it it has).
+    bus = ts.EventBus(replay=3)
+    try:
+        with serve(A2AApp(bus, Tasks(bus), card=CARD)) as served:
+            async with httpx.AsyncClient(timeout=20) as http:
+                client = await connect(served.url, http)
+                first = await stream(client, said("Email the team"))
+                task = task_of(first)
+                approval = calls(first)[-1]["approval_id"]
+                rest = await stream(client, decision(task, approval, True))
+    finally:
+        bus.close()
+    assert final(rest) == "TASK_STATE_COMPLETED"
+    assert texts(rest)[-1] == "Sent."

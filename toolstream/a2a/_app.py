@@ -313,15 +313,28 @@ class A2AApp:
                 "a task takes no further messages but decisions on its approvals "
                 "(data parts {approval_id, approved})",
             )
-        answered = await self._decide(sent, principal)
+        answered = await self._decide(sent, principal, snapshot)
         sub = await self._from_start(sent.session, sent.task, run.first_event_id)
         encoder = wire.Encoder(sent.task, sent.session)
         pump = _Pump(self, sub, encoder, request_id, started=True, skip=answered)
         await self._respond(pump, streaming, send, receive)
 
-    async def _decide(self, sent: wire.SentMessage, principal: Principal | bool) -> set[str]:
+    async def _decide(
+        self, sent: wire.SentMessage, principal: Principal | bool, snapshot: Snapshot
+    ) -> set[str]:
         """Apply the message's decisions; the approvals they answer (a decision already
-        made the same way — a client retrying — is no error)."""
+        made the same way — a client retrying — is no error). An approval of another
+        task is refused before anything is applied."""
+        task = sent.task
+        assert task is not None
+        pending = {c.approval.approval_id: c for c in snapshot.calls if c.approval is not None}
+        for decision in sent.decisions:
+            call = pending.get(decision.approval_id)
+            if call is not None and not wire.in_task(call.run_id, snapshot, task):
+                raise RpcError(
+                    wire.INVALID_PARAMS,
+                    f"approval {decision.approval_id!r} is not of task {task!r}",
+                )
         answered: set[str] = set()
         for decision in sent.decisions:
             body: dict[str, Any] = {
@@ -335,8 +348,13 @@ class A2AApp:
             outcome = await serving.decide(self.bus, principal, sent.session, body)
             won = outcome.body.get("resolution", {}) if outcome.status == 409 else {}
             if outcome.status == 200 or won.get("approved") == decision.approved:
-                if outcome.resolution is not None and outcome.resolution.run_id is not None:
-                    answered.add(decision.approval_id)
+                resolution = outcome.resolution
+                if resolution is not None and not wire.in_task(resolution.run_id, snapshot, task):
+                    raise RpcError(
+                        wire.INVALID_PARAMS,
+                        f"approval {decision.approval_id!r} is not of task {task!r}",
+                    )
+                answered.add(decision.approval_id)
                 continue
             if outcome.status == 503:
                 raise BusUnavailable(str(outcome.body.get("error")))
@@ -681,6 +699,11 @@ class _Pump:
         skip = self.skip
         assert skip is not None
         for k, event in enumerate(batch):
+            if isinstance(event, StreamReset):
+                # The bus no longer holds the run from its start: the client gets the
+                # task's state from here (it cannot know what it already has).
+                self.skip = None
+                return batch[k:]
             self.encoder.encode(event)
             if isinstance(event, ApprovalRequested):
                 skip.discard(event.approval_id)

@@ -43,6 +43,7 @@ from toolstream._core.jsonenc import is_utf8
 __all__ = [
     "EXTENSION_URI",
     "Encoder",
+    "in_task",
     "RpcError",
     "SentMessage",
     "parse_message",
@@ -467,7 +468,7 @@ class Encoder:
         """Status updates that bring a client to ``snapshot``: every call's state, each
         message whole, and the task's state."""
         out: list[dict[str, Any]] = []
-        mine = [c for c in snapshot.calls if _in_task(c.run_id, snapshot, self.task)]
+        mine = [c for c in snapshot.calls if in_task(c.run_id, snapshot, self.task)]
         self.waiting = {}
         for call in mine:
             data = snapshot_data(call)
@@ -477,7 +478,7 @@ class Encoder:
         for message in snapshot.messages:
             if message.role != "assistant" or not message.text:
                 continue
-            if not _in_task(message.run_id, snapshot, self.task):
+            if not in_task(message.run_id, snapshot, self.task):
                 continue
             if event is None:  # the client has it (a resume's starting state)
                 self._texts.add(message.message_id)
@@ -503,7 +504,7 @@ class Encoder:
         return out
 
 
-def _in_task(run_id: str | None, snapshot: Snapshot, task: str) -> bool:
+def in_task(run_id: str | None, snapshot: Snapshot, task: str) -> bool:
     """Whether ``run_id`` is the task's run or one of its sub-agents' runs."""
     runs = {r.run_id: r for r in snapshot.runs}
     seen: set[str] = set()
@@ -547,12 +548,12 @@ def task_of(snapshot: Snapshot, task: str, session: str) -> dict[str, Any] | Non
     artifacts = [
         {"artifactId": m.message_id, "parts": [{"text": m.text}]}
         for m in snapshot.messages
-        if m.role == "assistant" and m.text and _in_task(m.run_id, snapshot, task)
+        if m.role == "assistant" and m.text and in_task(m.run_id, snapshot, task)
     ]
     body: dict[str, Any] = {"id": task, "contextId": session, "status": status}
     if artifacts:
         body["artifacts"] = artifacts
-    calls = [snapshot_data(c) for c in snapshot.calls if _in_task(c.run_id, snapshot, task)]
+    calls = [snapshot_data(c) for c in snapshot.calls if in_task(c.run_id, snapshot, task)]
     if calls:
         body["metadata"] = {"tool_calls": calls}
     return body
