@@ -32,11 +32,14 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolstream as ts
 from tests.chat_frameworks import FRAMEWORKS, start_turn_of
 from tests.chat_scenarios import STORY, run_script
 from tests.servers import Served, eventually, serve
+from tests.strategies import json_values
 from toolstream.a2a import EXTENSION_URI, A2AApp, TaskRequest
 from toolstream.testing import sse_data
 
@@ -742,3 +745,66 @@ async def test_a_decision_on_a_task_whose_start_the_bus_no_longer_holds_gets_its
         bus.close()
     assert final(rest) == "TASK_STATE_COMPLETED"
     assert texts(rest)[-1] == "Sent."
+
+
+_METHOD_NAMES = [
+    "SendStreamingMessage",
+    "SendMessage",
+    "GetTask",
+    "CancelTask",
+    "SubscribeToTask",
+    "message/stream",
+]
+_MESSAGE_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "messageId": json_values(max_leaves=2),
+        "role": st.sampled_from(["ROLE_USER", "ROLE_AGENT", 3]),
+        "parts": json_values(max_leaves=6) | st.lists(json_values(max_leaves=4), max_size=3),
+        "contextId": json_values(max_leaves=2),
+        "taskId": json_values(max_leaves=2) | st.just("a2a-1-eA"),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    method=st.sampled_from(_METHOD_NAMES),
+    params=json_values() | st.fixed_dictionaries({"message": _MESSAGE_FIELDS, "id": json_values()}),
+)
+def test_any_params_get_a_json_rpc_answer_never_a_crash(
+    sync_server: Served, method: str, params: object
+) -> None:
+    body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": params}
+    with httpx.Client(base_url=sync_server.url, timeout=20) as http:
+        response = http.post("/", content=json.dumps(body).encode(), headers=HEADERS_JSON)
+    assert response.status_code == 200
+    if response.headers["content-type"].startswith("application/json"):
+        answer = response.json()
+        assert answer["id"] == 9
+        assert ("error" in answer) != ("result" in answer)
+        if "error" in answer:
+            assert answer["error"]["code"] in (-32602, -32001, -32004)
+    else:
+        frames = sse_data(response.text)
+        assert frames and all(f["id"] == 9 for f in frames)
+
+
+HEADERS_JSON = {"content-type": "application/json", **HEADERS}
+
+
+@pytest.fixture(scope="module")
+def sync_server() -> Iterator[Served]:
+    """One server for the fuzz test's examples (its tasks answer at once)."""
+    bus = ts.EventBus()
+
+    async def start_task(request: TaskRequest) -> None:
+        async def agent() -> None:
+            async with ts.Tracker(bus, request.session) as tracker, tracker.run(request.run_id):
+                pass
+
+        request.start_soon(agent)
+
+    with serve(A2AApp(bus, start_task, card=CARD)) as served:
+        yield served
+    bus.close()
