@@ -588,6 +588,10 @@ async def test_bodies_that_are_not_json_rpc_at_all(http: httpx.AsyncClient) -> N
     assert (
         await http.post("/", content=b"{}", headers={"content-type": "text/plain"})
     ).status_code == 415
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+    for version, code in (("0.3", -32009), ("2.0", -32009), ("1.0", -32001), ("1.0.2", -32001)):
+        answer = (await http.post("/", json=get, headers={"A2A-Version": version})).json()
+        assert answer["error"]["code"] == code, version
     assert (await http.get("/tasks")).status_code == 404
     assert (await http.put("/", json={})).status_code == 405
 

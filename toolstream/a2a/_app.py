@@ -243,6 +243,11 @@ class A2AApp:
             except (ValueError, UnicodeDecodeError, RecursionError):
                 raise RpcError(wire.PARSE_ERROR, "the body is not JSON") from None
             method, request_id, params = _envelope(envelope)
+            version = request.headers.get("a2a-version", "").strip()
+            if version and version != "1.0" and not version.startswith("1.0."):
+                raise RpcError(
+                    wire.VERSION_NOT_SUPPORTED, f"this server speaks A2A 1.0, not {version}"
+                )
             action = _METHODS.get(method)
             if action is None:
                 if method in _UNSUPPORTED:
