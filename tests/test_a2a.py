@@ -812,3 +812,25 @@ def sync_server() -> Iterator[Served]:
     with serve(A2AApp(bus, start_task, card=CARD)) as served:
         yield served
     bus.close()
+
+
+async def test_an_agent_that_never_starts_its_task_gets_an_error_not_a_hang(
+    bus: ts.EventBus,
+) -> None:
+    async def lost(request: TaskRequest) -> None:
+        """A job handed to a worker that never takes it."""
+
+    app = A2AApp(bus, lost, card=CARD, start_timeout=0.3, heartbeat=0.1)
+    with serve(app) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=20) as http:
+            params = {"message": {**_MESSAGE, "parts": [{"text": "hello"}]}}
+            body = {"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage", "params": params}
+            frames = sse_data((await http.post("/", json=body)).text)
+            assert frames[0]["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+            assert frames[-1] == {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "error": {"code": -32603, "message": "the agent did not start the task in time"},
+            }
+            answer = (await http.post("/", json={**body, "method": "SendMessage"})).json()
+            assert answer["error"]["code"] == -32603

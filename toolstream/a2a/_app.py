@@ -265,7 +265,9 @@ class A2AApp:
             await serving.send_json(send, 200, exc.body(request_id))
         except (BusUnavailable, BusClosed) as exc:
             message = f"the event bus is unavailable: {exc}"
-            await serving.send_json(send, 200, RpcError(-32603, message).body(request_id))
+            await serving.send_json(
+                send, 200, RpcError(wire.INTERNAL_ERROR, message).body(request_id)
+            )
 
     async def _admit(
         self, request: RequestInfo, session: str, send: serving.Send, *, decide: bool = False
@@ -668,7 +670,9 @@ class _Pump:
             async for batch in paced:
                 if batch is None:
                     if deadline is not None and time.monotonic() >= deadline:
-                        raise RpcError(-32603, "the agent did not start the task in time")
+                        raise RpcError(
+                            wire.INTERNAL_ERROR, "the agent did not start the task in time"
+                        )
                     yield None
                     continue
                 deadline = None
@@ -731,7 +735,7 @@ class _Pump:
         except RpcError as exc:
             await _write(send, [b"data: " + dumpb(exc.body(self.request_id)) + b"\n\n"])
         except (BusUnavailable, BusClosed) as exc:
-            error = RpcError(-32603, f"the event bus is unavailable: {exc}")
+            error = RpcError(wire.INTERNAL_ERROR, f"the event bus is unavailable: {exc}")
             await _write(send, [b"data: " + dumpb(error.body(self.request_id)) + b"\n\n"])
 
     async def collect(self, send: serving.Send) -> None:
