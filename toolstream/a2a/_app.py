@@ -741,16 +741,26 @@ class _Pump:
     async def collect(self, send: serving.Send) -> None:
         """``SendMessage``: wait for the end (or the wait for a person), answer the
         ``Task`` as it then stands."""
-        try:
-            async with aclosing(self.responses()) as responses:
-                async for _ in responses:
-                    pass
-        except SlowConsumer:
-            pass
+        # Answered here, not by the request's handler: inside a task group (a new
+        # task's), an exception would reach it wrapped in a group.
         encoder = self.encoder
-        snapshot = await self.app._snapshot(encoder.session)
-        task = _task_body(snapshot, encoder.task, encoder.session)
-        await serving.send_json(send, 200, _result(self.request_id, {"task": task}))
+        try:
+            try:
+                async with aclosing(self.responses()) as responses:
+                    async for _ in responses:
+                        pass
+            except SlowConsumer:
+                pass
+            snapshot = await self.app._snapshot(encoder.session)
+            body = _result(
+                self.request_id, {"task": _task_body(snapshot, encoder.task, encoder.session)}
+            )
+        except RpcError as exc:
+            body = exc.body(self.request_id)
+        except (BusUnavailable, BusClosed) as exc:
+            error = RpcError(wire.INTERNAL_ERROR, f"the event bus is unavailable: {exc}")
+            body = error.body(self.request_id)
+        await serving.send_json(send, 200, body)
 
 
 def _wait_point(batch: list[Any]) -> int:
