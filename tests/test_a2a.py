@@ -834,3 +834,40 @@ async def test_an_agent_that_never_starts_its_task_gets_an_error_not_a_hang(
             }
             answer = (await http.post("/", json={**body, "method": "SendMessage"})).json()
             assert answer["error"]["code"] == -32603
+
+
+async def test_cancel_task_on_another_gateway_goes_through_cancel_task(bus: ts.EventBus) -> None:
+    """A task runs where it was started; another gateway cancels it through the
+    ``cancel_task`` hook (here: a registry of the agents' cancel scopes, as a worker
+    pool keeps), and without one says it cannot."""
+    scopes: dict[str, anyio.CancelScope] = {}
+
+    async def agent(request: TaskRequest) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[request.run_id] = scope
+            await run_script(bus, request.session, request.run_id, request.user_text)
+
+    async def start_task(request: TaskRequest) -> None:
+        request.start_soon(agent, request)
+
+    async def cancel_task(session: str, run_id: str) -> bool:
+        scope = scopes.get(run_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    one = A2AApp(bus, start_task, card=CARD)
+    two = A2AApp(bus, start_task, card=CARD, cancel_task=cancel_task)
+    three = A2AApp(bus, start_task, card=CARD)
+    with serve(one) as a, serve(two) as b, serve(three) as c:
+        async with httpx.AsyncClient(timeout=20) as http:
+            first = await connect(a.url, http)
+            got = await stream(first, said("wait for it"), upto=6)
+            task = task_of(got)
+            with pytest.raises(TaskNotCancelableError, match="does not run in this server"):
+                await (await connect(c.url, http)).cancel_task(CancelTaskRequest(id=task["id"]))
+            cancelled = await (await connect(b.url, http)).cancel_task(
+                CancelTaskRequest(id=task["id"])
+            )
+            assert json_format.MessageToDict(cancelled)["status"]["state"] == "TASK_STATE_CANCELED"
