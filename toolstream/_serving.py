@@ -32,6 +32,7 @@ from toolstream import (
     BusUnavailable,
     Principal,
     RequestInfo,
+    Snapshot,
     StreamReset,
     Subscription,
 )
@@ -550,6 +551,15 @@ async def admit(
 async def unavailable(send: Send, exc: BaseException) -> None:
     """503: the bus cannot be reached."""
     await respond(send, 503, f"the event bus is unavailable: {exc}", code="unavailable")
+
+
+async def snapshot_of(bus: Bus, session: str) -> Snapshot:
+    """The session's state: read without blocking the loop on a broker bus."""
+    fetch = getattr(bus, "fetch_snapshot", None)
+    if fetch is not None:
+        snapshot: Snapshot = await fetch(session)
+        return snapshot
+    return bus.snapshot(session)
 
 
 async def prepared(sub: Subscription[Any]) -> Subscription[Any]:

@@ -22,11 +22,9 @@ from toolstream import (
     Bus,
     BusClosed,
     BusUnavailable,
-    PayloadPolicy,
     Principal,
     RequestInfo,
     RunFinished,
-    RunStarted,
     SlowConsumer,
     Snapshot,
     StreamReset,
@@ -34,7 +32,7 @@ from toolstream import (
 )
 from toolstream import _serving as serving
 from toolstream._core.jsonenc import dumpb
-from toolstream.chat._app import TurnRequest, _describe, _host_agents, _Turn
+from toolstream.chat._agents import Agents, TurnRequest
 from toolstream.dialects._pump import beats
 
 from . import _wire as wire
@@ -176,14 +174,13 @@ class A2AApp:
         self.cancel_timeout = cancel_timeout
         self.max_body_bytes = max_body_bytes
         self.buffer = buffer
-        self._tasks: dict[tuple[str, str], _Turn] = {}
         self._streams = serving.OpenStreams()
-        self._policy = PayloadPolicy()
+        self._agents = Agents(bus, self._streams, logger, "context %r task %r")
 
     @property
     def active_tasks(self) -> int:
         """Tasks running in this process (started with ``TaskRequest.start_soon``)."""
-        return len(self._tasks)
+        return len(self._agents.running)
 
     def shutdown(self) -> None:
         """End every open response now and refuse new requests; tasks running in this
@@ -283,11 +280,7 @@ class A2AApp:
         return principal
 
     async def _snapshot(self, session: str) -> Snapshot:
-        fetch = getattr(self.bus, "fetch_snapshot", None)
-        if fetch is not None:
-            snapshot: Snapshot = await fetch(session)
-            return snapshot
-        return self.bus.snapshot(session)
+        return await serving.snapshot_of(self.bus, session)
 
     # -- SendMessage / SendStreamingMessage ---------------------------------------------
 
@@ -380,26 +373,20 @@ class A2AApp:
         receive: serving.Receive,
     ) -> None:
         run_id = wire.task_id(sent.session)
-        key = (sent.session, run_id)
-        task = self._tasks[key] = _Turn()
-
-        def forget() -> None:
-            if self._tasks.get(key) is task:
-                del self._tasks[key]
-
+        agents = self._agents
+        running = agents.claim(sent.session, run_id)
+        assert running is not None  # a new id
         try:
             sub = await serving.prepared(
                 self.bus.subscribe(session=sent.session, run=run_id, buffer=self.buffer)
             )
         except BaseException:
-            forget()
+            agents.forget(sent.session, run_id, running)
             raise
-        started = anyio.Event()
         encoder = wire.Encoder(run_id, sent.session)
-        async with anyio.create_task_group() as outer:
-            agents: TaskGroup = await outer.start(_host_agents, started, forget, self._streams)
-            task.scope = agents.cancel_scope
-            task_request = TaskRequest(
+
+        async def start(group: TaskGroup) -> None:
+            request = TaskRequest(
                 session=sent.session,
                 run_id=run_id,
                 messages=[{"role": "user", "content": sent.text}],
@@ -407,17 +394,12 @@ class A2AApp:
                 body=params,
                 principal=None if principal is True else principal,
                 bus=self.bus,
-                task_group=agents,
-                on_error=self._agent_failed,
+                task_group=group,
+                on_error=agents.failed,
             )
-            try:
-                await self.start_task(task_request)
-            except Exception as exc:
-                agents.cancel_scope.cancel()
-                _log_failure("start_task", sent.session, run_id, exc)
-                await self._fail_run(sent.session, run_id, exc, only_unknown=True)
-            finally:
-                started.set()
+            await self.start_task(request)
+
+        async with agents.started(sent.session, run_id, running, start, "start_task"):
             configuration = params.get("configuration")
             if (
                 not streaming
@@ -437,28 +419,6 @@ class A2AApp:
                 opening=[encoder.task_object("TASK_STATE_SUBMITTED")],
             )
             await self._respond(pump, streaming, send, receive)
-
-    async def _agent_failed(self, session: str, run_id: str, exc: BaseException) -> None:
-        _log_failure("the agent", session, run_id, exc)
-        await self._fail_run(session, run_id, exc, only_unknown=False)
-
-    async def _fail_run(
-        self, session: str, run_id: str, exc: BaseException, *, only_unknown: bool
-    ) -> None:
-        try:
-            run = next(
-                (r for r in (await self._snapshot(session)).runs if r.run_id == run_id), None
-            )
-            if run is None:
-                self.bus.publish(RunStarted, session=session, run_id=run_id)
-            elif only_unknown or run.state != "running":
-                return
-            error = self._policy.error(exc)
-            self.bus.publish(
-                RunFinished, session=session, run_id=run_id, outcome="failed", error=error
-            )
-        except (BusUnavailable, BusClosed) as exc2:
-            logger.warning("task %r: could not announce it failed: %s", run_id, exc2)
 
     async def _from_start(
         self, session: str, task: str, first_event_id: str | None
@@ -533,7 +493,7 @@ class A2AApp:
             self.bus.subscribe(RunFinished, session=session, run=task, buffer=self.buffer)
         )
         try:
-            here = self._tasks.get((session, task))
+            here = self._agents.running.get((session, task))
             if here is not None:
                 here.cancel()
             elif self.cancel_task is None or not await self.cancel_task(session, task):
@@ -579,12 +539,6 @@ class A2AApp:
         else:
             pump = _Pump(self, sub, encoder, request_id, started=True, reset_opens=True)
         await self._respond(pump, True, send, receive)
-
-
-def _log_failure(what: str, session: str, task: str, exc: BaseException) -> None:
-    """One line with the reason (the traceback at debug level)."""
-    logger.error("context %r task %r: %s failed: %s", session, task, what, _describe(exc))
-    logger.debug("the failure of task %r", task, exc_info=exc)
 
 
 def _envelope(envelope: object) -> tuple[str, object, Any]:

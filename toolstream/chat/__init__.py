@@ -14,7 +14,8 @@ starts (or continues) a turn, the response is its stream.
 
 from __future__ import annotations
 
-from ._app import CancelTurn, ChatApp, StartTurn, TurnRequest
+from ._agents import CancelTurn, StartTurn, TurnRequest
+from ._app import ChatApp
 from ._bodies import BadBody
 
 __all__ = ["BadBody", "CancelTurn", "ChatApp", "StartTurn", "TurnRequest"]

@@ -9,11 +9,10 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal, Protocol
+from collections.abc import Iterable
+from typing import Any, Literal
 from urllib.parse import quote, unquote_to_bytes
 
-import anyio
 import attrs
 from anyio.abc import TaskGroup
 
@@ -23,7 +22,6 @@ from toolstream import (
     Bus,
     BusClosed,
     BusUnavailable,
-    PayloadPolicy,
     Principal,
     RequestInfo,
     RunFinished,
@@ -39,6 +37,7 @@ from toolstream.dialects.agui import AGUI
 from toolstream.dialects.ai_sdk import AISDK
 from toolstream.sse._app import encode_frame
 
+from ._agents import Agents, CancelTurn, StartTurn, TurnRequest
 from ._bodies import BadBody, ChatBody, parse_body
 from ._langgraph import LangGraph, publish_user_messages, thread_history
 from ._pump import Pump, frames
@@ -61,91 +60,6 @@ def _path_as_sent(scope: serving.Scope) -> str:
     if isinstance(raw, bytes):
         return raw.partition(b"?")[0].decode("latin-1")
     return quote(str(scope.get("path", "")), safe="/")
-
-
-@attrs.frozen(kw_only=True)
-class TurnRequest:
-    """What ``start_turn`` gets: start the agent on ``session`` as run ``run_id``.
-
-    ``messages`` and ``body`` are the client's own (AI SDK UI messages and its request
-    body; AG-UI's ``RunAgentInput`` messages and the whole input); ``principal`` is
-    what ``authorize`` returned (``None`` without ``authorize``).
-    :meth:`start_soon` runs the agent in this server process: the task outlives the
-    response (a client going away never stops it) and ``POST …/<chat id>/stop``
-    cancels it.
-    """
-
-    session: str
-    run_id: str
-    messages: list[Any]
-    body: dict[str, Any]
-    principal: Any = None
-    #: The bus the ``ChatApp`` serves (what the agent's tracker publishes on).
-    bus: Bus | None = None
-    _task_group: TaskGroup | None = attrs.field(default=None, alias="task_group", repr=False)
-    _on_error: _AgentFailed | None = attrs.field(default=None, alias="on_error", repr=False)
-
-    @property
-    def user_text(self) -> str:
-        """The text of the newest user message (AI SDK: its text parts; AG-UI: its
-        ``content``), or ``""``."""
-        for message in reversed(self.messages):
-            if not isinstance(message, dict) or message.get("role") != "user":
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            parts = message.get("parts")
-            if isinstance(parts, list):
-                return "".join(
-                    p["text"]
-                    for p in parts
-                    if isinstance(p, dict)
-                    and p.get("type") == "text"
-                    and isinstance(p.get("text"), str)
-                )
-            return ""
-        return ""
-
-    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``await fn(*args)`` as this turn's agent, in the server process. If it
-        raises, the server logs one line with the reason and the run ends ``failed``
-        (a run it never announced is announced failed): the client gets the dialect's
-        error, never a cut response."""
-        if self._task_group is None:
-            raise RuntimeError("this TurnRequest was not made by a ChatApp request")
-        self._task_group.start_soon(self._guarded, fn, args)
-
-    async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any) -> None:
-        try:
-            await fn(*args)
-        except Exception as exc:
-            if self._on_error is None:
-                raise
-            await self._on_error(self.session, self.run_id, exc)
-
-
-class _AgentFailed(Protocol):
-    async def __call__(self, session: str, run_id: str, exc: BaseException) -> None: ...
-
-
-#: ``start_turn(request)``: start the agent (a task via ``request.start_soon``, or a
-#: job for a worker process) so that it announces run ``request.run_id``.
-StartTurn = Callable[[TurnRequest], Awaitable[None]]
-#: ``cancel_turn(session, run_id)``: cancel a turn running elsewhere (a worker
-#: process); True when it was found.
-CancelTurn = Callable[[str, str], Awaitable[bool]]
-
-
-@attrs.define
-class _Turn:
-    """A turn running in this process: its agent's cancel scope once it has one."""
-
-    scope: anyio.CancelScope | None = None
-
-    def cancel(self) -> None:
-        if self.scope is not None:
-            self.scope.cancel()
 
 
 class ChatApp:
@@ -221,14 +135,13 @@ class ChatApp:
         self.start_timeout = start_timeout
         self.max_body_bytes = max_body_bytes
         self.buffer = buffer
-        self._turns: dict[tuple[str, str], _Turn] = {}
         self._streams = serving.OpenStreams()
-        self._policy = PayloadPolicy()  # for the error of a turn that failed to start
+        self._agents = Agents(bus, self._streams, logger, "chat %r run %r")
 
     @property
     def active_turns(self) -> int:
         """Turns running in this process (started with ``TurnRequest.start_soon``)."""
-        return len(self._turns)
+        return len(self._agents.running)
 
     def shutdown(self) -> None:
         """End every open response now and refuse new requests (503); turns running in
@@ -314,16 +227,11 @@ class ChatApp:
         client's assistant message this turn continues (an agent that stopped its run
         to wait for a person is resumed by a new run)."""
         run_id = chat.run_id or f"run_{secrets.token_hex(8)}"
-        key = (chat.session, run_id)
-        if key in self._turns:
+        agents = self._agents
+        running = agents.claim(chat.session, run_id)
+        if running is None:
             await serving.respond(send, 409, f"run {run_id!r} is already running", code="conflict")
             return
-        turn = self._turns[key] = _Turn()  # claimed before any await: one POST per run
-
-        def forget() -> None:
-            if self._turns.get(key) is turn:
-                del self._turns[key]
-
         dialect: RunFramedDialect | None = None
         try:
             if self.dialect == "langgraph":
@@ -333,62 +241,28 @@ class ChatApp:
                 self.bus.subscribe(session=chat.session, run=run_id, buffer=self.buffer)
             )
         except BaseException:
-            forget()
+            agents.forget(chat.session, run_id, running)
             raise
-        started = anyio.Event()
-        async with anyio.create_task_group() as outer:
-            # The agent's tasks live in their own group: a client going away ends only
-            # the response; POST …/stop cancels only the agent. The turn is forgotten
-            # when they end.
-            agents: TaskGroup = await outer.start(_host_agents, started, forget, self._streams)
-            turn.scope = agents.cancel_scope
-            turn_request = TurnRequest(
+
+        async def start(group: TaskGroup) -> None:
+            request = TurnRequest(
                 session=chat.session,
                 run_id=run_id,
                 messages=chat.messages,
                 body=chat.body,
                 principal=None if principal is True else principal,
                 bus=self.bus,
-                task_group=agents,
-                on_error=self._agent_failed,
+                task_group=group,
+                on_error=agents.failed,
             )
-            try:
-                await self.start_turn(turn_request)
-            except Exception as exc:
-                agents.cancel_scope.cancel()  # what it started before it raised stops too
-                _log_failure("start_turn", chat.session, run_id, exc)
-                await self._fail_run(chat.session, run_id, exc, only_unknown=True)
-            finally:
-                started.set()  # the agent's group now ends with its tasks
+            await self.start_turn(request)
+
+        async with agents.started(chat.session, run_id, running, start, "start_turn"):
             if dialect is None:
                 dialect = self._dialect()
             if continues is not None and isinstance(dialect, AISDK):
                 dialect.continue_message(continues)
             await self._stream(sub, dialect, receive, send, started=False)
-
-    async def _agent_failed(self, session: str, run_id: str, exc: BaseException) -> None:
-        """An agent started with ``TurnRequest.start_soon`` raised: one log line, and
-        its run ends ``failed`` if it is still open (announced failed if it never was),
-        so every client of the turn gets the dialect's error."""
-        _log_failure("the agent", session, run_id, exc)
-        await self._fail_run(session, run_id, exc, only_unknown=False)
-
-    async def _fail_run(
-        self, session: str, run_id: str, exc: BaseException, *, only_unknown: bool
-    ) -> None:
-        try:
-            runs = {r.run_id: r for r in (await self._snapshot(session)).runs}
-            run = runs.get(run_id)
-            error = self._policy.error(exc)
-            if run is None:
-                self.bus.publish(RunStarted, session=session, run_id=run_id)
-            elif only_unknown or run.state != "running":
-                return
-            self.bus.publish(
-                RunFinished, session=session, run_id=run_id, outcome="failed", error=error
-            )
-        except (BusUnavailable, BusClosed) as exc2:
-            logger.warning("chat %r: could not announce run %r failed: %s", session, run_id, exc2)
 
     async def _continue(
         self,
@@ -506,12 +380,7 @@ class ChatApp:
         return await serving.prepared(sub)
 
     async def _snapshot(self, session: str) -> Snapshot:
-        """The session's state: read without blocking the loop on a broker bus."""
-        fetch = getattr(self.bus, "fetch_snapshot", None)
-        if fetch is not None:
-            snapshot: Snapshot = await fetch(session)
-            return snapshot
-        return self.bus.snapshot(session)
+        return await serving.snapshot_of(self.bus, session)
 
     async def _apply(self, chat: ChatBody, principal: Principal | bool) -> _Applied:
         """Apply the decisions: the resolutions that stand for them, whether any was
@@ -585,11 +454,7 @@ class ChatApp:
         except (BusUnavailable, BusClosed) as exc:
             await serving.unavailable(send, exc)
             return
-        stopped: list[str] = []
-        for key, turn in list(self._turns.items()):
-            if key[0] == session:
-                turn.cancel()
-                stopped.append(key[1])
+        stopped = self._agents.cancel(session)
         if self.cancel_turn is not None:
             for run_id in open_runs:
                 if run_id not in stopped and await self.cancel_turn(session, run_id):
@@ -739,21 +604,6 @@ def _client_message_id(chat: ChatBody) -> str | None:
     return message_id if isinstance(message_id, str) and message_id else None
 
 
-def _describe(exc: BaseException) -> str:
-    """``"RuntimeError: the model is unavailable"`` (the leaves of an exception group)."""
-    leaves = getattr(exc, "exceptions", None)
-    if isinstance(leaves, tuple) and leaves:
-        return "; ".join(_describe(e) for e in leaves)
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _log_failure(what: str, session: str, run_id: str, exc: BaseException) -> None:
-    """One line with the reason (the traceback at debug level)."""
-    logger.error("chat %r run %r: %s failed: %s", session, run_id, what, _describe(exc))
-    logger.debug("the failure of chat %r run %r", session, run_id, exc_info=exc)
-
-
 def _turn(runs: dict[str, RunSnapshot], run_id: str | None) -> str | None:
     """The turn (a run of its own) ``run_id`` is part of: itself, or, for a sub-agent's
     run, the run its parent calls' runs go up to; None for a run the chat no longer
@@ -773,22 +623,3 @@ def _newest(snapshot: Snapshot) -> RunSnapshot | None:
     turn), if any."""
     turns = [r for r in snapshot.open_runs if r.parent_call_id is None]
     return max(turns, key=lambda r: r.started_ts or 0.0, default=None)
-
-
-async def _host_agents(
-    started: anyio.Event,
-    done: Callable[[], None],
-    streams: serving.OpenStreams,
-    *,
-    task_status: anyio.abc.TaskStatus[TaskGroup],
-) -> None:
-    """Hold a task group for a turn's agent: open until ``start_turn`` returned, then
-    until the agent's tasks end; ``done()`` after. The server exiting (or the app's
-    ``shutdown()``) cancels them: a turn never holds a server open."""
-    try:
-        with anyio.CancelScope() as scope, streams.serving(scope), serving.watched(scope):
-            async with anyio.create_task_group() as agents:
-                task_status.started(agents)
-                await started.wait()
-    finally:
-        done()
