@@ -115,6 +115,19 @@ Dialect = Literal["ai_sdk", "agui", "langgraph"]
 ChatServer = Callable[[ts.Bus, Dialect], ChatApp]
 
 
+class Turns:
+    """A ``start_turn`` (and ``start_task``: a ``TaskRequest`` is a ``TurnRequest``) that
+    runs the script in the server process and keeps the requests it got."""
+
+    def __init__(self, bus: ts.Bus) -> None:
+        self.bus = bus
+        self.started: list[TurnRequest] = []
+
+    async def __call__(self, request: TurnRequest) -> None:
+        self.started.append(request)
+        request.start_soon(run_script, self.bus, request.session, request.run_id, request.user_text)
+
+
 def scripted(bus: ts.Bus, dialect: Dialect = "ai_sdk") -> ChatApp:
     """The script by hand on a plain Tracker, its turns run in this process."""
 

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 import toolstream as ts
 from tests.chat_frameworks import FRAMEWORKS, start_turn_of
-from tests.chat_scenarios import STORY, run_script
+from tests.chat_scenarios import STORY, Turns, run_script
 from tests.servers import Served, eventually, serve
 from tests.strategies import json_values
 from toolstream.a2a import EXTENSION_URI, A2AApp, TaskRequest
@@ -49,18 +49,6 @@ HEADERS = {"A2A-Extensions": EXTENSION_URI}
 Result = dict[str, Any]
 
 
-class Tasks:
-    """start_task for the tests: runs the script, keeps the requests."""
-
-    def __init__(self, bus: ts.Bus) -> None:
-        self.bus = bus
-        self.started: list[TaskRequest] = []
-
-    async def __call__(self, request: TaskRequest) -> None:
-        self.started.append(request)
-        request.start_soon(run_script, self.bus, request.session, request.run_id, request.user_text)
-
-
 @pytest.fixture
 def bus() -> Iterator[ts.EventBus]:
     bus = ts.EventBus()
@@ -69,12 +57,12 @@ def bus() -> Iterator[ts.EventBus]:
 
 
 @pytest.fixture
-def tasks(bus: ts.EventBus) -> Tasks:
-    return Tasks(bus)
+def tasks(bus: ts.EventBus) -> Turns:
+    return Turns(bus)
 
 
 @pytest.fixture
-def server(bus: ts.EventBus, tasks: Tasks) -> Iterator[Served]:
+def server(bus: ts.EventBus, tasks: Turns) -> Iterator[Served]:
     with serve(A2AApp(bus, tasks, card=CARD)) as served:
         yield served
 
@@ -213,7 +201,7 @@ async def test_the_card_says_streaming_and_names_the_tool_lifecycle_extension(
 
 
 async def test_a_task_streams_each_call_state_its_progress_the_text_and_its_end(
-    client: Client, tasks: Tasks
+    client: Client, tasks: Turns
 ) -> None:
     got = await stream(client, said("What is the weather in Paris?"))
     assert list(got[0]) == ["task"]
@@ -302,7 +290,7 @@ async def test_a_start_task_that_raises_fails_the_task(bus: ts.EventBus) -> None
 
 @pytest.mark.parametrize("approved", [True, False])
 async def test_an_approval_ends_the_response_and_the_decision_continues_the_same_task(
-    client: Client, tasks: Tasks, approved: bool
+    client: Client, tasks: Turns, approved: bool
 ) -> None:
     first = await stream(client, said("Email the team"))
     task = task_of(first)
@@ -615,7 +603,7 @@ class Reader:
 
 
 async def test_authorize_guards_sending_reading_deciding_and_cancelling(
-    bus: ts.EventBus, tasks: Tasks
+    bus: ts.EventBus, tasks: Turns
 ) -> None:
     def authorize(request: ts.RequestInfo) -> Any:
         token = request.headers.get("authorization", "")
@@ -654,7 +642,7 @@ async def test_authorize_guards_sending_reading_deciding_and_cancelling(
 
 
 async def test_a_second_app_on_the_bus_gets_decides_and_replays_the_task(
-    bus: ts.EventBus, tasks: Tasks
+    bus: ts.EventBus, tasks: Turns
 ) -> None:
     with serve(A2AApp(bus, tasks, card=CARD)) as one, serve(A2AApp(bus, tasks, card=CARD)) as two:
         async with httpx.AsyncClient(timeout=20) as http:
@@ -738,7 +726,7 @@ async def test_a_decision_on_a_task_whose_start_the_bus_no_longer_holds_gets_its
     # from a reset, which it sends (the client cannot know what of it it has).
     bus = ts.EventBus(replay=3)
     try:
-        with serve(A2AApp(bus, Tasks(bus), card=CARD)) as served:
+        with serve(A2AApp(bus, Turns(bus), card=CARD)) as served:
             async with httpx.AsyncClient(timeout=20) as http:
                 client = await connect(served.url, http)
                 first = await stream(client, said("Email the team"))

@@ -16,7 +16,7 @@ import pytest
 
 import toolstream as ts
 from tests import raw_clients as raw
-from tests.chat_scenarios import STORY, approval_reply, kinds, run_script, user
+from tests.chat_scenarios import STORY, Turns, approval_reply, kinds, user
 from tests.servers import Served, eventually, serve, settles
 from toolstream import _serving as serving
 from toolstream.chat import ChatApp, TurnRequest
@@ -38,18 +38,6 @@ def bus() -> Iterator[ts.EventBus]:
     bus = ts.EventBus()
     yield bus
     bus.close()
-
-
-class Turns:
-    """start_turn for the tests: runs the scripts, counts the turns started."""
-
-    def __init__(self, bus: ts.Bus) -> None:
-        self.bus = bus
-        self.started: list[TurnRequest] = []
-
-    async def __call__(self, request: TurnRequest) -> None:
-        self.started.append(request)
-        request.start_soon(run_script, self.bus, request.session, request.run_id, request.user_text)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import toolstream as ts
-from tests.chat_scenarios import run_script
+from tests.chat_scenarios import Turns, run_script
 from tests.servers import Served, eventually, serve
 from toolstream.chat import ChatApp, TurnRequest
 
@@ -57,18 +57,6 @@ def states(events: list[Event]) -> list[dict[str, Any]]:
 
 def said(state: dict[str, Any]) -> list[tuple[str, str]]:
     return [(m["type"], m["content"]) for m in state["messages"]]
-
-
-class Turns:
-    """start_turn for the tests: runs the canonical script, keeps the requests."""
-
-    def __init__(self, bus: ts.Bus) -> None:
-        self.bus = bus
-        self.started: list[TurnRequest] = []
-
-    async def __call__(self, request: TurnRequest) -> None:
-        self.started.append(request)
-        request.start_soon(run_script, self.bus, request.session, request.run_id, request.user_text)
 
 
 @pytest.fixture
