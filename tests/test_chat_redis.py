@@ -153,3 +153,40 @@ async def test_an_unreachable_broker_is_a_503(own_redis: RedisServer) -> None:
             assert (await http.get("/api/chat/c1/stream")).status_code == 503
     finally:
         deployment.close()
+
+
+async def test_use_stream_threads_live_on_the_bus_across_gateway_processes(
+    redis_server: RedisServer,
+) -> None:
+    """``ChatApp(dialect="langgraph")`` on two gateway processes of one RedisBus, the
+    agent in a worker: a thread's second turn on the other gateway shows the first in
+    its ``values`` (the user's words and the agent's), and its approval is answered on
+    the first gateway."""
+    from tests.test_chat_langgraph import resume, said, sse, states, turn
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    ports = [free_port(), free_port()]
+    procs = [spawn("worker", redis_server.url, prefix, "script")]
+    procs += [spawn("gateway", redis_server.url, prefix, str(p), "langgraph") for p in ports]
+    one, two = (f"http://127.0.0.1:{p}" for p in ports)
+    try:
+        for url in (one, two):
+            await anyio.to_thread.run_sync(wait_until_up, url, procs)
+        async with httpx.AsyncClient(timeout=30) as http:
+            first = sse((await http.post(one, json=turn("weather?", "lg-1"))).text)
+            asked = sse((await http.post(two, json=turn("Email the team", "lg-1"))).text)
+            opening = states(asked)[0]
+            assert said(opening)[:1] == [("human", "weather?")]
+            assert ("ai", "It is 21 degrees in Paris.") in said(opening)
+            assert said(opening)[-1] == ("human", "Email the team")
+            (interrupt,) = states(asked)[-1]["__interrupt__"]
+            decided = {interrupt["id"]: {"approved": True}}
+            rest = sse((await http.post(one, json=resume(decided, "lg-1"))).text)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+    assert states(first)[-1]["messages"][-1]["content"] == "It is 21 degrees in Paris."
+    final = said(states(rest)[-1])
+    assert final[-1] == ("ai", "Sent.")
+    assert [kind for kind, _ in final].count("human") == 2
