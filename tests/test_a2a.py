@@ -367,7 +367,9 @@ async def test_get_task_answers_its_state_text_calls_and_the_approval_it_waits_f
         "I will email the team.",
         "Sent.",
     ]
-    assert [c["state"] for c in done["metadata"]["tool_calls"]] == ["completed"]
+    [call] = done["metadata"]["tool_calls"]
+    assert call["state"] == "completed" and call["tool"] == "send_email"
+    assert "result" not in call and "args" not in call  # the updates carry them
     with pytest.raises(TaskNotFoundError):
         await client.get_task(GetTaskRequest(id="a2a-0-bm9wZQ"))
     with pytest.raises(TaskNotFoundError):

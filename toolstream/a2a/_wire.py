@@ -555,7 +555,14 @@ def task_of(snapshot: Snapshot, task: str, session: str) -> dict[str, Any] | Non
     body: dict[str, Any] = {"id": task, "contextId": session, "status": status}
     if artifacts:
         body["artifacts"] = artifacts
-    calls = [snapshot_data(c) for c in snapshot.calls if in_task(c.run_id, snapshot, task)]
+    # Each call's state, not its arguments or result (the status updates carry those):
+    # a Task stays small whatever its calls returned (a JS client refuses an SSE event
+    # over 4 MiB, and a resubscription opens with the Task).
+    calls = [
+        {k: v for k, v in snapshot_data(c).items() if k not in ("args", "result")}
+        for c in snapshot.calls
+        if in_task(c.run_id, snapshot, task)
+    ]
     if calls:
         body["metadata"] = {"tool_calls": calls}
     return body
