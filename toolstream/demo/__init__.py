@@ -216,7 +216,7 @@ async def serve(
     server then stops too, a second later: the page gets the last events). ``sock``: a
     socket already bound (uvicorn binds ``host:port`` itself otherwise). ``agent``: the
     simulated agent, or a framework driven by its own fake model (``pydantic-ai``,
-    ``openai-agents``, ``langgraph``), for both pages."""
+    ``openai-agents``, ``langgraph``), for every page."""
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
