@@ -135,6 +135,11 @@ def test_the_usestream_page_with_the_simulated_agent(browser: Any) -> None:
             page.click("#stop")
         assert stopped.value.status == 200
         wait_for(page, f"{STATUS} === 'stopped' && !{VIEW}.isLoading")
+        # The response was still open (the turn had not reached its approvals): the second
+        # turn's running call shows cancelled, after the first turn's cancelled query.
+        cancelled = "[...document.querySelectorAll(\".chat-card[data-state='cancelled']\")]"
+        tools = page.evaluate(f"{cancelled}.map(c => c.dataset.tool)")
+        assert len(tools) == 2 and tools[0] == "slow_database_query", tools
         assert errors == []
     runs = [r for r in bus.snapshot(thread).runs if r.parent_call_id is None]
     assert [r.state for r in runs] == ["completed", "cancelled"]
