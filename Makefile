@@ -54,8 +54,9 @@ $(INTEROP): tests/interop/package-lock.json
 		echo "npm not found: the Node interop checks will be skipped"; \
 	fi
 
-# The chat page's build (npm "ai" and esbuild, pinned): a test rebuilds the committed
-# toolstream/demo/static/chat.js and compares. `make demo` never needs them.
+# The chat pages' build (npm "ai", "@langchain/langgraph-sdk" and esbuild, pinned): a test
+# rebuilds the committed toolstream/demo/static/chat.js and usestream.js and compares.
+# `make demo` never needs them.
 CHAT_WEB := web/chat/node_modules/.package-lock.json
 
 $(CHAT_WEB): web/chat/package-lock.json
@@ -68,7 +69,7 @@ $(CHAT_WEB): web/chat/package-lock.json
 pytest: $(VENV)/.installed-test $(INTEROP) $(CHAT_WEB)
 	$(BIN)/pytest
 
-# Rebuild toolstream/demo/static/chat.js after changing web/chat/src.
+# Rebuild toolstream/demo/static/chat.js and usestream.js after changing web/chat/src.
 chat-bundle: $(CHAT_WEB)
 	cd web/chat && node build.mjs
 

@@ -36,22 +36,23 @@ from .test_demo import ARTIFACTS, RESEARCHER_TOOLS, TURN_TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "web" / "chat"
-BUNDLE = ROOT / "toolstream" / "demo" / "static" / "chat.js"
+STATIC = ROOT / "toolstream" / "demo" / "static"
+#: The bundles web/chat/build.mjs makes: the AI SDK chat page's and the useStream page's.
+BUNDLES = ("chat.js", "usestream.js")
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_the_committed_bundle_is_what_its_sources_build(tmp_path: Path) -> None:
-    """toolstream/demo/static/chat.js is web/chat/build.mjs's output from web/chat/src
-    and the pinned packages (rebuild: make chat-bundle)."""
+    """toolstream/demo/static/chat.js and usestream.js are web/chat/build.mjs's output
+    from web/chat/src and the pinned packages (rebuild: make chat-bundle)."""
     require(shutil.which("node") is not None, "Node.js is not installed")
     require(
         (WEB / "node_modules" / "esbuild").is_dir(),
         "the chat page's build packages are not installed (cd web/chat && npm ci)",
     )
-    out = tmp_path / "chat.js"
     done = subprocess.run(
-        ["node", str(WEB / "build.mjs"), str(out)],
+        ["node", str(WEB / "build.mjs"), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -59,7 +60,10 @@ def test_the_committed_bundle_is_what_its_sources_build(tmp_path: Path) -> None:
         cwd=WEB,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert out.read_bytes() == BUNDLE.read_bytes(), "rebuild it: make chat-bundle"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(BUNDLES)
+    for name in BUNDLES:
+        built = (tmp_path / name).read_bytes()
+        assert built == (STATIC / name).read_bytes(), f"rebuild {name}: make chat-bundle"
 
 
 def test_the_page_uses_no_cdn() -> None:

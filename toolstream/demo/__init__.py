@@ -1,11 +1,12 @@
 """``toolstream demo``: a live gateway and web page of tool cards, fed by a simulated agent
-(or a framework's agent), and a chat page where the AI SDK's own client drives the same
-agent turn by turn.
+(or a framework's agent), and two chat pages where a client drives the same agent turn
+by turn: the AI SDK's own (``/chat``) and LangGraph's ``useStream`` (``/usestream``).
 
 ``build_app(bus)`` is the gateway (the page at ``/``, SSE at ``/events``, WebSocket at
-``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``, an A2A server at
-``/a2a``); ``serve(...)``
-runs it under uvicorn with the agent. Needs the ``cli`` extra.
+``/ws``, the chat page at ``/chat`` on a ``ChatApp`` at ``/api/chat``, the useStream page
+at ``/usestream`` on a ``ChatApp(dialect="langgraph")`` at ``/api/langgraph``, an A2A
+server at ``/a2a``); ``serve(...)`` runs it under uvicorn with the agent. Needs the
+``cli`` extra.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 SESSION = "demo"
 #: Where the chat page's client posts its turns.
 CHAT_API = "/api/chat"
+#: Where the useStream page's ``FetchStreamTransport`` posts its turns.
+LANGGRAPH_API = "/api/langgraph"
 #: Where the A2A server answers (its card at ``/a2a/.well-known/agent-card.json``).
 A2A_PATH = "/a2a"
 #: The demo agent's A2A card (the app adds streaming, the extension and its URL).
@@ -62,6 +65,10 @@ A2A_CARD = {
 CHAT_APPROVAL_TIMEOUT = 300.0
 
 
+#: The pages, by path.
+_PAGES = {"/": "index.html", "/chat": "chat.html", "/usestream": "usestream.html"}
+
+
 def _static(name: str) -> bytes | None:
     if "/" in name or name.startswith("."):
         return None
@@ -72,14 +79,15 @@ def _static(name: str) -> bytes | None:
 class Gateway:
     """The demo's ASGI app: ``/`` (the page), ``/static/*``, ``/events`` (SSE, every
     dialect), ``/ws`` (WebSocket), ``/chat`` (the chat page) and its ``ChatApp`` at
-    ``/api/chat``, ``/a2a`` (an ``A2AApp``: the same agent's tasks; ``GET /a2a`` is its
-    card), ``/healthz``.
+    ``/api/chat``, ``/usestream`` (the useStream page) and its
+    ``ChatApp(dialect="langgraph")`` at ``/api/langgraph``, ``/a2a`` (an ``A2AApp``: the
+    same agent's tasks; ``GET /a2a`` is its card), ``/healthz``.
 
-    Chat turns run the simulated agent in this process (at ``speed``); with ``agent``
-    (``pydantic-ai``, ``openai-agents``, ``langgraph``), that framework's demo agent
-    through its integration's ``chat_agent`` (``ImportError`` naming the extra when the
-    framework is not installed); with ``start_turn``, whatever it does (a job for a
-    worker process on a broker bus, with ``cancel_turn``)."""
+    Chat turns (both chat pages') run the simulated agent in this process (at ``speed``);
+    with ``agent`` (``pydantic-ai``, ``openai-agents``, ``langgraph``), that framework's
+    demo agent through its integration's ``chat_agent`` (``ImportError`` naming the extra
+    when the framework is not installed); with ``start_turn``, whatever it does (a job
+    for a worker process on a broker bus, with ``cancel_turn``)."""
 
     def __init__(
         self,
@@ -97,7 +105,9 @@ class Gateway:
             start_turn = chat_turns(agent, speed=speed, approval_timeout=CHAT_APPROVAL_TIMEOUT)
         self.sse = SSEApp(bus, retry_ms=retry_ms)
         self.ws = WebSocketApp(bus)
-        self.chat = ChatApp(bus, start_turn or self._start_turn, cancel_turn=cancel_turn)
+        turns = start_turn or self._start_turn
+        self.chat = ChatApp(bus, turns, cancel_turn=cancel_turn)
+        self.langgraph = ChatApp(bus, turns, dialect="langgraph", cancel_turn=cancel_turn)
         # A TaskRequest is a TurnRequest: the same agent serves A2A tasks.
         self.a2a = A2AApp(
             bus, start_turn or self._start_turn, card=A2A_CARD, cancel_task=cancel_turn
@@ -123,6 +133,7 @@ class Gateway:
         self.sse.shutdown()
         self.ws.shutdown()
         self.chat.shutdown()
+        self.langgraph.shutdown()
         self.a2a.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,6 +154,9 @@ class Gateway:
         if path == CHAT_API or path.startswith(CHAT_API + "/"):
             await self.chat(scope, receive, send)
             return
+        if path == LANGGRAPH_API or path.startswith(LANGGRAPH_API + "/"):
+            await self.langgraph(scope, receive, send)
+            return
         if path == A2A_PATH or path.startswith(A2A_PATH + "/"):
             if path in (A2A_PATH, A2A_PATH + "/") and scope.get("method") == "GET":
                 scope = {**scope, "path": A2A_PATH + "/.well-known/agent-card.json"}
@@ -151,14 +165,8 @@ class Gateway:
         if path == "/healthz":
             await _reply(send, 200, b'{"ok": true}', "application/json")
             return
-        name = (
-            "index.html"
-            if path == "/"
-            else "chat.html"
-            if path == "/chat"
-            else path.removeprefix("/static/")
-            if path.startswith("/static/")
-            else ""
+        name = _PAGES.get(path) or (
+            path.removeprefix("/static/") if path.startswith("/static/") else ""
         )
         body = _static(name) if name else None
         if body is None:
@@ -208,7 +216,7 @@ async def serve(
     server then stops too, a second later: the page gets the last events). ``sock``: a
     socket already bound (uvicorn binds ``host:port`` itself otherwise). ``agent``: the
     simulated agent, or a framework driven by its own fake model (``pydantic-ai``,
-    ``openai-agents``, ``langgraph``), for both pages."""
+    ``openai-agents``, ``langgraph``), for every page."""
     import uvicorn
 
     bus = bus if bus is not None else ts.EventBus()
