@@ -2,6 +2,7 @@
 // (committed; a test rebuilds them and compares):
 //   src/chat.js      + ai                        -> toolstream/demo/static/chat.js
 //   src/usestream.js + @langchain/langgraph-sdk  -> toolstream/demo/static/usestream.js
+// (both with src/dom.js, the pages' shared view helpers)
 // node build.mjs [outdir]
 import { build } from 'esbuild';
 import { fileURLToPath } from 'node:url';
@@ -12,12 +13,12 @@ const outdir = process.argv[2] ?? `${here}../../toolstream/demo/static`;
 const BUNDLES = [
   {
     name: 'chat.js',
-    banner: '// Built by web/chat/build.mjs from web/chat/src/chat.js and the ai package (Apache-2.0); do not edit.',
+    banner: '// Built by web/chat/build.mjs from web/chat/src/chat.js (and dom.js) and the ai package (Apache-2.0); do not edit.',
   },
   {
     name: 'usestream.js',
     banner:
-      '// Built by web/chat/build.mjs from web/chat/src/usestream.js and the @langchain/langgraph-sdk ' +
+      '// Built by web/chat/build.mjs from web/chat/src/usestream.js (and dom.js) and the @langchain/langgraph-sdk ' +
       'package with what it imports (@langchain/core, langsmith and others; MIT); do not edit.',
   },
 ];

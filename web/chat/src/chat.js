@@ -12,6 +12,8 @@ import {
   lastAssistantMessageIsCompleteWithApprovalResponses,
 } from 'ai';
 
+import { $, el, short } from './dom.js';
+
 const API = '/api/chat';
 const STORE = 'toolstream-demo-chat';
 
@@ -81,27 +83,7 @@ state.listeners.add(() => {
 
 // -- rendering ------------------------------------------------------------------------------
 
-const $ = (selector) => document.querySelector(selector);
 const log = $('#messages');
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value == null || value === false) continue;
-    if (key === 'onclick') node.onclick = value;
-    else node.setAttribute(key, value === true ? '' : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child == null) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function short(value, max = 400) {
-  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 1);
-  return text.length > max ? `${text.slice(0, max)}…` : text;
-}
 
 const STATES = {
   'input-streaming': 'receiving input',

@@ -9,6 +9,8 @@
 // shown inside the card of the turn's call that was running when they started.
 import { CustomStreamOrchestrator, FetchStreamTransport } from '@langchain/langgraph-sdk/ui';
 
+import { $, el, short } from './dom.js';
+
 const API = '/api/langgraph';
 const STORE = 'toolstream-demo-usestream';
 
@@ -90,27 +92,6 @@ function interruptsByCall() {
 }
 
 // -- rendering ------------------------------------------------------------------------------
-
-const $ = (selector) => document.querySelector(selector);
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value == null || value === false) continue;
-    if (key === 'onclick') node.onclick = value;
-    else node.setAttribute(key, value === true ? '' : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child == null) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function short(value, max = 400) {
-  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 1);
-  return text.length > max ? `${text.slice(0, max)}…` : text;
-}
 
 function approvalView(interrupt) {
   const { id } = interrupt;
