@@ -573,13 +573,18 @@ async def prepared(sub: Subscription[Any]) -> Subscription[Any]:
     return sub
 
 
-def stream_headers(dialect: Dialect) -> list[tuple[bytes, bytes]]:
-    """The headers of an event stream in ``dialect`` (its own headers included)."""
-    headers = [
+def sse_headers() -> list[tuple[bytes, bytes]]:
+    """The headers of an event stream (not cached, not buffered by a proxy)."""
+    return [
         (b"content-type", b"text/event-stream; charset=utf-8"),
         (b"cache-control", b"no-cache"),
         (b"x-accel-buffering", b"no"),
     ]
+
+
+def stream_headers(dialect: Dialect) -> list[tuple[bytes, bytes]]:
+    """The headers of an event stream in ``dialect`` (its own headers included)."""
+    headers = sse_headers()
     headers += [
         (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in dialect.headers.items()
     ]

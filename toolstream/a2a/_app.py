@@ -25,6 +25,7 @@ from toolstream import (
     Principal,
     RequestInfo,
     RunFinished,
+    RunSnapshot,
     SlowConsumer,
     Snapshot,
     StreamReset,
@@ -203,7 +204,7 @@ class A2AApp:
         path = str(scope.get("path", ""))
         if scope["method"] == "GET":
             if path.endswith(_CARD_PATHS):
-                await serving.send_json(send, 200, self._card_for(scope, path))
+                await serving.send_json(send, 200, self._card_for(request, scope, path))
                 return
             await serving.respond(send, 404, "GET /.well-known/agent-card.json is the card")
             return
@@ -212,11 +213,10 @@ class A2AApp:
             return
         await self._rpc(request, receive, send)
 
-    def _card_for(self, scope: serving.Scope, path: str) -> dict[str, Any]:
+    def _card_for(self, request: RequestInfo, scope: serving.Scope, path: str) -> dict[str, Any]:
         if self.card.get("supportedInterfaces"):
             return self.card
-        headers = dict(scope.get("headers", ()))
-        host = headers.get(b"host", b"localhost").decode("latin-1")
+        host = request.headers.get("host", "localhost")
         root = path[: -len(next(p for p in _CARD_PATHS if path.endswith(p)))]
         url = f"{scope.get('scheme', 'http')}://{host}{root}/"
         interface = {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
@@ -261,10 +261,7 @@ class A2AApp:
         except RpcError as exc:
             await serving.send_json(send, 200, exc.body(request_id))
         except (BusUnavailable, BusClosed) as exc:
-            message = f"the event bus is unavailable: {exc}"
-            await serving.send_json(
-                send, 200, RpcError(wire.INTERNAL_ERROR, message).body(request_id)
-            )
+            await serving.send_json(send, 200, _unavailable(exc).body(request_id))
 
     async def _admit(
         self, request: RequestInfo, session: str, send: serving.Send, *, decide: bool = False
@@ -327,10 +324,11 @@ class A2AApp:
         task is refused before anything is applied."""
         task = sent.task
         assert task is not None
+        runs = wire.task_runs(snapshot, task)
         pending = {c.approval.approval_id: c for c in snapshot.calls if c.approval is not None}
         for decision in sent.decisions:
             call = pending.get(decision.approval_id)
-            if call is not None and not wire.in_task(call.run_id, snapshot, task):
+            if call is not None and call.run_id not in runs:
                 raise RpcError(
                     wire.INVALID_PARAMS,
                     f"approval {decision.approval_id!r} is not of task {task!r}",
@@ -349,7 +347,7 @@ class A2AApp:
             won = outcome.body.get("resolution", {}) if outcome.status == 409 else {}
             if outcome.status == 200 or won.get("approved") == decision.approved:
                 resolution = outcome.resolution
-                if resolution is not None and not wire.in_task(resolution.run_id, snapshot, task):
+                if resolution is not None and resolution.run_id not in runs:
                     raise RpcError(
                         wire.INVALID_PARAMS,
                         f"approval {decision.approval_id!r} is not of task {task!r}",
@@ -442,13 +440,9 @@ class A2AApp:
             finally:
                 pump.sub.close()
             return
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            start = {"type": "http.response.start", "status": 200, "headers": serving.sse_headers()}
+            await send(start)
             await serving.event_stream(self._streams, receive, send, pump.run)
         except OSError:
             pass
@@ -459,16 +453,18 @@ class A2AApp:
 
     async def _task(
         self, request: RequestInfo, params: Any, send: serving.Send, *, decide: bool = False
-    ) -> tuple[str, str, Principal | bool, Snapshot] | None:
+    ) -> tuple[str, str, Snapshot, RunSnapshot] | None:
+        """The task ``params`` name, its session, the session's state and the task's run;
+        None once refused (401 / 403 sent)."""
         task = wire.task_param(params)
         session = wire.session_of(task)
-        principal = await self._admit(request, session, send, decide=decide)
-        if principal is None:
+        if await self._admit(request, session, send, decide=decide) is None:
             return None
         snapshot = await self._snapshot(session)
-        if not any(r.run_id == task for r in snapshot.runs):
+        run = next((r for r in snapshot.runs if r.run_id == task), None)
+        if run is None:
             raise RpcError(wire.TASK_NOT_FOUND, f"task {task!r} was not found")
-        return task, session, principal, snapshot
+        return task, session, snapshot, run
 
     async def _get(
         self, request: RequestInfo, request_id: object, params: Any, send: serving.Send
@@ -476,7 +472,7 @@ class A2AApp:
         found = await self._task(request, params, send)
         if found is None:
             return
-        task, session, _, snapshot = found
+        task, session, snapshot, _ = found
         await serving.send_json(send, 200, _result(request_id, _task_body(snapshot, task, session)))
 
     async def _cancel(
@@ -485,8 +481,7 @@ class A2AApp:
         found = await self._task(request, params, send, decide=True)
         if found is None:
             return
-        task, session, _, snapshot = found
-        run = next(r for r in snapshot.runs if r.run_id == task)
+        task, session, _, run = found
         if run.state != "running":
             raise RpcError(wire.TASK_NOT_CANCELABLE, f"task {task!r} has ended ({run.state})")
         sub = await serving.prepared(
@@ -559,6 +554,10 @@ def _envelope(envelope: object) -> tuple[str, object, Any]:
     return method, request_id, params
 
 
+def _unavailable(exc: BaseException) -> RpcError:
+    return RpcError(wire.INTERNAL_ERROR, f"the event bus is unavailable: {exc}")
+
+
 def _result(request_id: object, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
@@ -570,8 +569,9 @@ def _task_body(snapshot: Snapshot, task: str, session: str) -> dict[str, Any]:
     return body
 
 
-def _frame(request_id: object, result: Any) -> bytes:
-    return b"data: " + dumpb(_result(request_id, result)) + b"\n\n"
+def _frame(response: dict[str, Any]) -> bytes:
+    """A JSON-RPC response as an SSE event."""
+    return b"data: " + dumpb(response) + b"\n\n"
 
 
 async def _write(send: serving.Send, chunks: list[bytes]) -> None:
@@ -683,14 +683,13 @@ class _Pump:
                     if response is None:
                         await _write(send, [_PING])
                     else:
-                        await _write(send, [_frame(self.request_id, response)])
+                        await _write(send, [_frame(_result(self.request_id, response))])
         except SlowConsumer as exc:
             logger.info("cutting a slow A2A client: %s", exc)
         except RpcError as exc:
-            await _write(send, [b"data: " + dumpb(exc.body(self.request_id)) + b"\n\n"])
+            await _write(send, [_frame(exc.body(self.request_id))])
         except (BusUnavailable, BusClosed) as exc:
-            error = RpcError(wire.INTERNAL_ERROR, f"the event bus is unavailable: {exc}")
-            await _write(send, [b"data: " + dumpb(error.body(self.request_id)) + b"\n\n"])
+            await _write(send, [_frame(_unavailable(exc).body(self.request_id))])
 
     async def collect(self, send: serving.Send) -> None:
         """``SendMessage``: wait for the end (or the wait for a person), answer the
@@ -712,8 +711,7 @@ class _Pump:
         except RpcError as exc:
             body = exc.body(self.request_id)
         except (BusUnavailable, BusClosed) as exc:
-            error = RpcError(wire.INTERNAL_ERROR, f"the event bus is unavailable: {exc}")
-            body = error.body(self.request_id)
+            body = _unavailable(exc).body(self.request_id)
         await serving.send_json(send, 200, body)
 
 

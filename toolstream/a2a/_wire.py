@@ -24,7 +24,6 @@ from toolstream import (
     MessageFinished,
     MessageStarted,
     RunFinished,
-    RunSnapshot,
     RunStarted,
     Snapshot,
     StreamReset,
@@ -39,11 +38,12 @@ from toolstream import (
     ToolStarted,
 )
 from toolstream._core.jsonenc import is_utf8
+from toolstream.dialects._framing import error_text
 
 __all__ = [
     "EXTENSION_URI",
     "Encoder",
-    "in_task",
+    "task_runs",
     "RpcError",
     "SentMessage",
     "parse_message",
@@ -77,9 +77,6 @@ _OUTCOME_STATES = {
     "cancelled": "TASK_STATE_CANCELED",
     "interrupted": "TASK_STATE_INPUT_REQUIRED",
 }
-TERMINAL_STATES = frozenset(
-    {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
-)
 
 
 class RpcError(Exception):
@@ -316,15 +313,6 @@ def snapshot_data(call: CallSnapshot) -> dict[str, Any]:
     return _clean(data)
 
 
-def run_state(run: RunSnapshot | None, waiting: bool) -> str:
-    """The task state of a run (waiting: an approval of it is pending)."""
-    if run is None:
-        return "TASK_STATE_SUBMITTED"
-    if run.state == "running":
-        return "TASK_STATE_INPUT_REQUIRED" if waiting else "TASK_STATE_WORKING"
-    return _OUTCOME_STATES[run.state]
-
-
 class Encoder:
     """One response's translator: toolstream events of task ``task`` (a run and its
     sub-agents' runs) into A2A ``StreamResponse`` objects."""
@@ -350,24 +338,20 @@ class Encoder:
             "parts": parts,
         }
 
-    def task_object(self, state: str, **extra: Any) -> dict[str, Any]:
+    def task_object(self, state: str) -> dict[str, Any]:
         """``{"task": Task}`` in ``state``."""
-        task = {"id": self.task, "contextId": self.session, "status": {"state": state}}
-        task.update(extra)
-        return {"task": task}
+        return {"task": {"id": self.task, "contextId": self.session, "status": {"state": state}}}
 
     def status(
         self,
         state: str,
         event: Event | None,
         parts: list[dict[str, Any]] | None = None,
-        *,
-        event_id: str | None = None,
     ) -> dict[str, Any]:
         """``{"statusUpdate": …}`` in ``state``, with ``parts`` as its message."""
         status: dict[str, Any] = {"state": state}
-        stamp = event_id or (event.id if event is not None else secrets.token_hex(4))
         if parts:
+            stamp = event.id if event is not None else secrets.token_hex(4)
             status["message"] = self.message(parts, stamp)
         if event is not None:
             status["timestamp"] = _timestamp(event.ts)
@@ -452,7 +436,7 @@ class Encoder:
         self.final = state
         parts: list[dict[str, Any]] = []
         if event.error is not None:
-            parts.append({"text": f"{event.error.type}: {event.error.message}"})
+            parts.append({"text": error_text(event.error)})
             parts.append({"data": {"error": _error(event.error)}})
         elif event.reason:
             parts.append({"text": event.reason})
@@ -468,27 +452,35 @@ class Encoder:
 
     def from_snapshot(self, snapshot: Snapshot, event: Event | None) -> list[dict[str, Any]]:
         """Status updates that bring a client to ``snapshot``: every call's state, each
-        message whole, and the task's state."""
+        message whole, and the task's state (with ``event`` None: the state the client
+        has, taken on and not sent)."""
+        runs = task_runs(snapshot, self.task)
         out: list[dict[str, Any]] = []
-        mine = [c for c in snapshot.calls if in_task(c.run_id, snapshot, self.task)]
         self.waiting = {}
-        for call in mine:
+        for call in snapshot.calls:
+            if call.run_id not in runs:
+                continue
             data = snapshot_data(call)
             if call.approval is not None:
                 self.waiting[call.approval.approval_id] = data
             out.append(self.status("TASK_STATE_WORKING", event, [{"data": data}]))
         for message in snapshot.messages:
-            if message.role != "assistant" or not message.text:
-                continue
-            if not in_task(message.run_id, snapshot, self.task):
+            if message.role != "assistant" or not message.text or message.run_id not in runs:
                 continue
             if event is None:  # the client has it (a resume's starting state)
                 self._texts.add(message.message_id)
                 continue
             self._texts.discard(message.message_id)
             out.append(self._artifact(event, message.message_id, message.text, message.finished))
+        closing = self.closing(snapshot, event)
+        if closing is not None:
+            out.append(closing)
+        return out
+
+    def closing(self, snapshot: Snapshot, event: Event | None) -> dict[str, Any] | None:
+        """The task's state as a status update where it says more than working: its end,
+        or the approvals it waits for (``waiting``); None while it just works."""
         run = next((r for r in snapshot.runs if r.run_id == self.task), None)
-        state = run_state(run, bool(self.waiting))
         if run is not None and run.state != "running":
             ended = RunFinished(
                 id=event.id if event is not None else "0-0",
@@ -499,24 +491,22 @@ class Encoder:
                 error=run.error,
                 reason=run.reason,
             )
-            out.append(self.finish(ended))
-        elif state == "TASK_STATE_INPUT_REQUIRED":
+            return self.finish(ended)
+        if run is not None and self.waiting:
             parts = [{"data": data} for data in self.waiting.values()]
-            out.append(self.status(state, event, parts))
-        return out
+            return self.status("TASK_STATE_INPUT_REQUIRED", event, parts)
+        return None
 
 
-def in_task(run_id: str | None, snapshot: Snapshot, task: str) -> bool:
-    """Whether ``run_id`` is the task's run or one of its sub-agents' runs."""
-    runs = {r.run_id: r for r in snapshot.runs}
-    seen: set[str] = set()
-    while run_id is not None and run_id not in seen:
-        if run_id == task:
-            return True
-        seen.add(run_id)
-        run = runs.get(run_id)
-        run_id = None if run is None else run.parent_run_id
-    return False
+def task_runs(snapshot: Snapshot, task: str) -> set[str | None]:
+    """The task's run and its sub-agents' runs (at any depth) in ``snapshot``."""
+    runs: set[str | None] = {task}
+    grown = True
+    while grown:
+        more = {r.run_id for r in snapshot.runs if r.parent_run_id in runs} - runs
+        runs |= more
+        grown = bool(more)
+    return runs
 
 
 def opening_task(snapshot: Snapshot, encoder: Encoder, event_id: str) -> dict[str, Any]:
@@ -532,36 +522,40 @@ def opening_task(snapshot: Snapshot, encoder: Encoder, event_id: str) -> dict[st
 
 
 def task_of(snapshot: Snapshot, task: str, session: str) -> dict[str, Any] | None:
-    """The ``Task`` object for ``GetTask`` / ``CancelTask``: its state, the agent's text
-    as artifacts, and while it requires input, the approvals it waits for; None when the
-    bus no longer knows the task."""
+    """The ``Task`` object for ``GetTask`` / ``CancelTask``: its state (with the reason
+    of a failure, or the approvals it waits for), the agent's text as artifacts, each
+    call's state; None when the bus no longer knows the task."""
     run = next((r for r in snapshot.runs if r.run_id == task), None)
     if run is None:
         return None
+    runs = task_runs(snapshot, task)
+    mine = [c for c in snapshot.calls if c.run_id in runs]
     encoder = Encoder(task, session)
-    updates = encoder.from_snapshot(snapshot, None)
-    state = run_state(run, bool(encoder.waiting))
-    status: dict[str, Any] = {"state": state}
-    last = updates[-1]["statusUpdate"]["status"] if updates else None
-    if last is not None and last["state"] == state and "message" in last:
-        status["message"] = last["message"]
-    if run.ended_ts is not None or run.started_ts is not None:
-        status["timestamp"] = _timestamp(run.ended_ts or run.started_ts or 0.0)
+    encoder.waiting = {
+        c.approval.approval_id: snapshot_data(c) for c in mine if c.approval is not None
+    }
+    closing = encoder.closing(snapshot, None)
+    status: dict[str, Any] = (
+        closing["statusUpdate"]["status"]
+        if closing is not None
+        else {"state": "TASK_STATE_WORKING"}
+    )
+    stamp = run.ended_ts or run.started_ts
+    if stamp is not None:
+        status["timestamp"] = _timestamp(stamp)
+    body: dict[str, Any] = {"id": task, "contextId": session, "status": status}
     artifacts = [
         {"artifactId": m.message_id, "parts": [{"text": m.text}]}
         for m in snapshot.messages
-        if m.role == "assistant" and m.text and in_task(m.run_id, snapshot, task)
+        if m.role == "assistant" and m.text and m.run_id in runs
     ]
-    body: dict[str, Any] = {"id": task, "contextId": session, "status": status}
     if artifacts:
         body["artifacts"] = artifacts
     # Each call's state, not its arguments or result (the status updates carry those):
     # a Task stays small whatever its calls returned (a JS client refuses an SSE event
     # over 4 MiB, and a resubscription opens with the Task).
     calls = [
-        {k: v for k, v in snapshot_data(c).items() if k not in ("args", "result")}
-        for c in snapshot.calls
-        if in_task(c.run_id, snapshot, task)
+        {k: v for k, v in snapshot_data(c).items() if k not in ("args", "result")} for c in mine
     ]
     if calls:
         body["metadata"] = {"tool_calls": calls}

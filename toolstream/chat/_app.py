@@ -302,7 +302,9 @@ class ChatApp:
                 )
                 return
             if resumed is not None:
-                await self._replay(chat, resumed, set(), receive, send, continues=continues)
+                await self._replay(
+                    chat, resumed, set(), receive, send, continues=continues, history=snapshot
+                )
                 return
             target = None
         if target is None:
@@ -312,10 +314,10 @@ class ChatApp:
                     attrs.evolve(chat, decisions=[]), principal, receive, send, continues=continues
                 )
                 return
-            await self._empty(send, continues, chat)  # a retry after everything ended
+            await self._empty(send, continues, chat, snapshot)  # a retry after everything ended
             return
         prime = {r.approval_id for r in decided if turn_of[r.approval_id] == target.run_id}
-        await self._replay(chat, target, prime, receive, send, continues=None)
+        await self._replay(chat, target, prime, receive, send, continues=None, history=snapshot)
 
     async def _replay(
         self,
@@ -326,12 +328,14 @@ class ChatApp:
         send: serving.Send,
         *,
         continues: str | None,
+        history: Snapshot,
     ) -> None:
         """Stream ``run`` for a continuation: replayed from its start; with ``prime``,
         the part up to (and with) the requests of those approvals is what the client
-        has already, and only what follows it is sent."""
+        has already, and only what follows it is sent. ``history``: the chat's state
+        the continuation read (what a LangGraph response starts from)."""
         sub = await self._whole_run(chat.session, run)
-        dialect = await self._dialect_for(chat.session, run.run_id)
+        dialect = self._dialect_for(chat.session, run.run_id, history)
         if isinstance(dialect, AGUI):
             dialect.continuation_id = chat.run_id
         if continues is not None and isinstance(dialect, AISDK):
@@ -346,10 +350,12 @@ class ChatApp:
             decided=frozenset(d.approval_id for d in chat.decisions),
         )
 
-    async def _empty(self, send: serving.Send, continues: str | None, chat: ChatBody) -> None:
+    async def _empty(
+        self, send: serving.Send, continues: str | None, chat: ChatBody, history: Snapshot
+    ) -> None:
         """A well-formed, empty response: a retried continuation whose run is gone."""
         name = chat.run_id or f"run_{secrets.token_hex(8)}"
-        dialect = await self._dialect_for(chat.session, name)
+        dialect = self._dialect_for(chat.session, name, history)
         if continues is not None and isinstance(dialect, AISDK):
             dialect.continue_message(continues)
         encoder = Encoder(dialect)
@@ -509,12 +515,12 @@ class ChatApp:
     def _dialect(self) -> RunFramedDialect:
         return AGUI() if self.dialect == "agui" else AISDK()
 
-    async def _dialect_for(self, session: str, run_id: str) -> RunFramedDialect:
+    def _dialect_for(self, session: str, run_id: str, history: Snapshot) -> RunFramedDialect:
         """The dialect of a response of run ``run_id`` (LangGraph's holds the thread's
-        state, read from the bus)."""
+        state: ``history``, the chat's as the request read it)."""
         if self.dialect != "langgraph":
             return self._dialect()
-        return LangGraph(thread=session, run_id=run_id, history=await self._snapshot(session))
+        return LangGraph(thread=session, run_id=run_id, history=history)
 
     async def _turn_dialect(
         self, chat: ChatBody, run_id: str

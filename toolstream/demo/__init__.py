@@ -109,9 +109,7 @@ class Gateway:
         self.chat = ChatApp(bus, turns, cancel_turn=cancel_turn)
         self.langgraph = ChatApp(bus, turns, dialect="langgraph", cancel_turn=cancel_turn)
         # A TaskRequest is a TurnRequest: the same agent serves A2A tasks.
-        self.a2a = A2AApp(
-            bus, start_turn or self._start_turn, card=A2A_CARD, cancel_task=cancel_turn
-        )
+        self.a2a = A2AApp(bus, turns, card=A2A_CARD, cancel_task=cancel_turn)
 
     async def _start_turn(self, request: TurnRequest) -> None:
         request.start_soon(self._chat_turn, request)
@@ -151,17 +149,16 @@ class Gateway:
         if path == "/events":
             await self.sse(scope, receive, send)
             return
-        if path == CHAT_API or path.startswith(CHAT_API + "/"):
-            await self.chat(scope, receive, send)
-            return
-        if path == LANGGRAPH_API or path.startswith(LANGGRAPH_API + "/"):
-            await self.langgraph(scope, receive, send)
-            return
-        if path == A2A_PATH or path.startswith(A2A_PATH + "/"):
-            if path in (A2A_PATH, A2A_PATH + "/") and scope.get("method") == "GET":
-                scope = {**scope, "path": A2A_PATH + "/.well-known/agent-card.json"}
-            await self.a2a(scope, receive, send)
-            return
+        if path in (A2A_PATH, A2A_PATH + "/") and scope.get("method") == "GET":
+            scope = {**scope, "path": A2A_PATH + "/.well-known/agent-card.json"}  # the card
+        for prefix, app in (
+            (CHAT_API, self.chat),
+            (LANGGRAPH_API, self.langgraph),
+            (A2A_PATH, self.a2a),
+        ):
+            if path == prefix or path.startswith(prefix + "/"):
+                await app(scope, receive, send)
+                return
         if path == "/healthz":
             await _reply(send, 200, b'{"ok": true}', "application/json")
             return
