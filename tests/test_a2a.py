@@ -389,6 +389,11 @@ async def test_cancel_task_cancels_the_agent_and_a_finished_task_is_not_cancelab
         await eventually(lambda: bool(calls(got, "sleep")), within=10)
         task = task_of(got)
         other = await connect(server.url, http)
+        running = json_format.MessageToDict(await other.get_task(GetTaskRequest(id=task["id"])))
+        assert running["status"] == {
+            "state": "TASK_STATE_WORKING",
+            "timestamp": running["status"]["timestamp"],
+        }  # no call's update as the Task's message
         cancelled = await other.cancel_task(CancelTaskRequest(id=task["id"]))
         assert (
             cancelled.status.state
