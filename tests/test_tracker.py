@@ -330,6 +330,30 @@ async def test_a_reused_call_id_starts_a_new_call_clients_tell_apart(
     assert tracker.violations == 0
 
 
+def test_reused_ids_are_told_apart_after_many_thousand_calls() -> None:
+    # The ended ids are remembered in a bounded table (at least the newest 10,000),
+    # whose oldest are dropped in batches: a gateway's tracker that has seen more calls
+    # than that still tells a reused recent id apart, and the table stays bounded.
+    from toolstream._core import tracker as tracker_module
+
+    keep = tracker_module._MAX_FINISHED_IDS
+    most = keep + tracker_module._FINISHED_SLACK
+    tracker = ts.Tracker(ts.EventBus(replay=100), "s")
+    for i in range(most + 500):
+        tracker.create("t", call_id=f"call_{i}").complete()
+        assert len(tracker._finished_ids) <= most
+    assert len(tracker._finished_ids) >= keep
+    newest = most + 499
+    for i in (newest, newest - keep + 1):  # the newest and the oldest it must remember
+        again = tracker.create("t", call_id=f"call_{i}")
+        assert again.call_id == f"call_{i}#2"
+        again.complete()
+    again = tracker.create("t", call_id=f"call_{newest}")
+    assert again.call_id == f"call_{newest}#3", "a reuse is the newest again"
+    again.complete()
+    assert tracker.violations == 0
+
+
 async def test_adopting_an_announced_call(bus: ts.EventBus, rec: Recorder) -> None:
     tracker = ts.Tracker(bus, "s")
     announced = tracker.create("web_search", call_id="call_1")
