@@ -17,12 +17,51 @@ from collections.abc import Iterable
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from .events import CallState, Event, MessageDelta, ToolOutputDelta, ToolProgress
+from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    CallState,
+    Event,
+    MessageDelta,
+    ToolArgsDelta,
+    ToolCancelled,
+    ToolCompleted,
+    ToolCreated,
+    ToolDenied,
+    ToolFailed,
+    ToolOutputDelta,
+    ToolOutputPartial,
+    ToolProgress,
+    ToolQueued,
+    ToolReady,
+    ToolStarted,
+)
 
 if TYPE_CHECKING:
     from .view import LiveView
 
 __all__ = ["fold_in_order"]
+
+#: A call's events, which ``apply`` hands to ``_apply_call`` once it has ruled out the
+#: run, batch and reset classes one isinstance at a time: a fold goes there directly.
+_CALL_EVENTS = frozenset(
+    {
+        ToolCreated,
+        ToolArgsDelta,
+        ToolReady,
+        ToolQueued,
+        ToolStarted,
+        ToolProgress,
+        ToolOutputDelta,
+        ToolOutputPartial,
+        ToolCompleted,
+        ToolFailed,
+        ToolCancelled,
+        ToolDenied,
+        ApprovalRequested,
+        ApprovalResolved,
+    }
+)
 
 
 def fold_in_order(view: LiveView, events: list[Event]) -> None:
@@ -43,6 +82,7 @@ def fold_in_order(view: LiveView, events: list[Event]) -> None:
 def _each(view: LiveView, events: Iterable[Event]) -> None:
     calls = view._calls
     running = CallState.RUNNING
+    call_events = _CALL_EVENTS
     # The steps of _apply_call for these two kinds, inline on purpose: a helper call per
     # event would give back a good part of what this path saves.
     for event in events:
@@ -67,6 +107,9 @@ def _each(view: LiveView, events: Iterable[Event]) -> None:
                 continue
         elif kind is MessageDelta and not event.call_id:  # a chat's text: past the dispatch
             view._apply_message(event)  # type: ignore[arg-type]
+            continue
+        if kind in call_events and event.call_id:  # a call's lifecycle: past the dispatch
+            view._apply_call(event)
             continue
         view.apply(event)
 
