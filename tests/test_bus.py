@@ -104,6 +104,35 @@ async def test_replay_bytes_budget_bounds_memory_whatever_the_event_size() -> No
     assert len(bus._logs["big"].events) < 10
 
 
+def test_a_full_byte_budget_is_trimmed_smoothly_so_the_heap_does_not_grow() -> None:
+    # At its byte budget the bus trims about as much as each publish adds (not a tenth
+    # of the budget at once): what it holds stays just under the budget, and the
+    # collector's young generation does not grow with events the bus will drop, so a
+    # gateway at its budget runs no young collections (whose survivors, promoted,
+    # trigger the full collections that stall a process holding 10,000 streams).
+    budget = 2 * 2**20
+    bus = ts.EventBus(replay_bytes=budget)
+    calls = [ts.Tracker(bus, f"s{k}").create("t") for k in range(500)]
+    for call in calls:
+        call.start()
+
+    def rounds(n: int) -> None:
+        for r in range(n):
+            for call in calls:
+                call.progress(0.5, message=f"round {r}")
+
+    rounds(40)  # the budget is full, and every session has its view
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    least = budget
+    for _ in range(20):
+        rounds(1)
+        least = min(least, bus._bytes)
+        assert bus._bytes <= budget
+    assert least >= budget - 64 * 1024 - 1024, "trimmed a little at a time"
+    assert gc.get_stats()[0]["collections"] - before <= 1, "no young collections"
+
+
 def test_stalled_subscribers_pay_for_their_bytes_not_the_other_sessions() -> None:
     # Three sessions whose subscribers never read, flooded with 32 KB events, beside ten
     # sessions whose subscribers keep up. The stalled ones are cut once they hold more

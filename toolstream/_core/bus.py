@@ -159,6 +159,11 @@ class _Seqs:
         return int(self._events[index].id[self._skip :])
 
 
+#: How far under ``replay_bytes`` a byte trim goes (at most a tenth of it): a few hundred
+#: typical events, fewer than the collector's young generation holds (700 objects).
+_TRIM_SLACK = 64 * 1024
+
+
 class EventBus:
     """The in-memory bus: publish from any thread, subscribe from asyncio or trio.
 
@@ -383,10 +388,16 @@ class EventBus:
 
     def _trim_bytes(self) -> None:
         """Over the byte budget: drop the oldest events of the largest logs first, down to
-        90% of it. The logs are filed by size class (powers of two): the largest class is
-        trimmed first, each of its logs down below the class or until the goal is met, so
-        the work is per event dropped, whatever the number of sessions."""
-        goal = int(self.replay_bytes * 0.9)
+        :data:`_TRIM_SLACK` under it (a tenth of it, if less). The logs are filed by size
+        class (powers of two): the largest class is trimmed first, each of its logs down
+        below the class or until the goal is met, so the work is per event dropped,
+        whatever the number of sessions — and the same however far under the budget a
+        trim goes. It goes a little: a bus at its budget then frees about what each
+        publish adds, so the objects it holds stay level. Trimming a tenth of 16 MiB at a
+        time (~5,000 events) let the young generation grow by thousands between trims:
+        young collections, whose survivors (every waiting stream's objects) were
+        promoted, and full collections of a second each at 10,000 connections."""
+        goal = self.replay_bytes - min(self.replay_bytes // 10, _TRIM_SLACK)
         tiers = self._tiers
         top = len(tiers) - 1
         while self._bytes > goal and top > 0:
