@@ -54,22 +54,34 @@ RATIOS = (
     "p50_ms",
     "p99_ms",
 )
+#: Rounds each client gets before the measured ones at 10,000 clients: enough to fill the
+#: bus's replay byte budget (16 MiB, ~50,000 events here) once and give each session its
+#: view, so that what is measured is a gateway's steady state rather than its first
+#: seconds after 10,000 sessions appeared at once. Both servers get them.
+WARMUP = 10
 SHEET_START = "<!-- scale:start -->"
 SHEET_END = "<!-- scale:end -->"
 
 
 def run_once(
-    kind: str, clients: int, rounds: int, idle: float, shutdown_wait: float = 10.0
+    kind: str,
+    clients: int,
+    rounds: int,
+    idle: float,
+    shutdown_wait: float = 10.0,
+    warmup: int = 0,
 ) -> dict[str, Any]:
-    """One server, one client process: the client's measurements. Raises if a client
-    missed an event (the client process says which)."""
-    server, port = start_server("benchmarks.gateway_server", kind, str(clients), str(rounds))
+    """One server, one client process: the client's measurements of ``rounds`` events
+    per client after ``warmup`` more (delivered and checked, not measured). Raises if a
+    client missed an event (the client process says which)."""
+    total = str(warmup + rounds)
+    server, port = start_server("benchmarks.gateway_server", kind, str(clients), total)
     try:
         done = subprocess.run(
             [
                 sys.executable,
                 *("-m", "benchmarks.gateway_clients", kind, str(port), str(server.pid)),
-                *(str(clients), str(rounds), str(idle), str(shutdown_wait)),
+                *(str(clients), total, str(idle), str(shutdown_wait), str(warmup)),
             ],
             cwd=ROOT,
             capture_output=True,
@@ -94,15 +106,21 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for clients in sizes:
         idle = 0.5 if quick else (5.0 if clients < 10_000 else 10.0)
         wait = 1.0 if quick else 10.0  # for the shutdown to end every stream
+        warmup = 1 if quick else (WARMUP if clients >= 10_000 else 0)
         samples: dict[str, list[dict[str, Any]]] = {}
         for group in GROUPS:
             for _ in range(repeats):
                 for kind in group:
-                    one = run_once(kind, clients, events, idle, wait)
+                    one = run_once(kind, clients, events, idle, wait, warmup)
                     samples.setdefault(kind, []).append(one)
         for transport in TRANSPORTS:
             pair = PAIRS[transport]
-            row: dict[str, Any] = {"clients": clients, "transport": transport, "idle_s": idle}
+            row: dict[str, Any] = {
+                "clients": clients,
+                "transport": transport,
+                "idle_s": idle,
+                "warmup": warmup,
+            }
             for kind in pair:
                 side = "toolstream" if kind.startswith("toolstream") else "handrolled"
                 runs = samples[kind]

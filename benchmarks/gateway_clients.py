@@ -1,7 +1,7 @@
 """The client process of the gateway benchmark: many raw-socket clients, one session each.
 
-``python -m benchmarks.gateway_clients KIND PORT PID CLIENTS ROUNDS IDLE [WAIT]`` opens CLIENTS
-connections to the server (process PID) on PORT — SSE ``GET /?session=c<k>``, or a
+``python -m benchmarks.gateway_clients KIND PORT PID CLIENTS ROUNDS IDLE [WAIT [WARMUP]]``
+opens CLIENTS connections to the server (process PID) on PORT — SSE ``GET /?session=c<k>``, or a
 WebSocket subscribing to ``c<k>`` — and measures, printing one JSON object:
 
 - the time to open them all (a response head, or ``subscribed``, received), and to open
@@ -9,9 +9,10 @@ WebSocket subscribing to ``c<k>`` — and measures, printing one JSON object:
 - the server's memory per client (its RSS with them minus before) and its CPU while they
   are idle for IDLE seconds;
 - with ``SIGUSR1`` sent, ROUNDS events to each client at one a second: every client must
-  get every event, once and in order (else it exits 1, saying what went missing); the
-  latency from each event's ``ts`` to its receipt, how late after it was due it came,
-  and the server's CPU per delivered event;
+  get every event, once and in order (else it exits 1, saying what went missing); after
+  the first WARMUP rounds (0 by default: the steady state, once the server's first
+  seconds are behind it), the latency from each event's ``ts`` to its receipt, how late
+  after it was due it came, and the server's CPU per delivered event;
 - with ``SIGTERM`` sent, how long until the server ended every stream (None: it had not
   after WAIT seconds, :data:`SHUTDOWN_WAIT` by default).
 
@@ -61,9 +62,10 @@ def masked(opcode: int, payload: bytes) -> bytes:
 class Run:
     """What every client of a run shares: counters and the samples."""
 
-    def __init__(self, clients: int, rounds: int) -> None:
+    def __init__(self, clients: int, rounds: int, warmup: int = 0) -> None:
         self.clients = clients
         self.rounds = rounds
+        self.warmup = warmup
         self.latencies: list[float] = []
         self.lateness: list[float] = []
         self.errors: list[str] = []
@@ -76,8 +78,9 @@ class Run:
         if round_ != client.next_round and len(self.errors) < 20:
             self.errors.append(f"c{client.k}: round {round_} came when {client.next_round} was due")
         client.next_round = round_ + 1
-        self.latencies.append(now - ts)
-        self.lateness.append(now - due)
+        if round_ >= self.warmup:
+            self.latencies.append(now - ts)
+            self.lateness.append(now - due)
         if client.next_round == self.rounds:
             self.complete += 1
             if self.complete == self.clients:
@@ -239,9 +242,10 @@ async def measure(
     rounds: int,
     idle: float,
     shutdown_wait: float = SHUTDOWN_WAIT,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
-    run = Run(clients, rounds)
+    run = Run(clients, rounds, warmup)
     ws = kind.endswith("_ws")
     chat = kind.endswith("_chat")
     gate = asyncio.Semaphore(CONCURRENCY)
@@ -276,9 +280,11 @@ async def measure(
     idle_cpu = (cpu_seconds(pid) - cpu) / idle
 
     profile.start("publish")
+    os.kill(pid, signal.SIGUSR1)
+    if warmup:  # its rounds are due one a second from the signal (and 50 ms)
+        await asyncio.sleep(warmup + 0.05)
     cpu = cpu_seconds(pid)
     own = time.process_time()
-    os.kill(pid, signal.SIGUSR1)
     began = time.perf_counter()
     try:
         await asyncio.wait_for(run.all_complete.wait(), rounds + 60)
@@ -293,7 +299,7 @@ async def measure(
     if missing or run.errors:
         sys.stderr.write(
             f"{kind}: {len(missing)} of {clients} clients did not get every event "
-            f"({delivered} of {clients * rounds} delivered); first: "
+            f"({delivered} of {clients * (rounds - warmup)} measured delivered); first: "
             f"{[f'c{k}: {conns_next(conns, k)}' for k in missing[:5]]}; {run.errors[:5]}\n"
         )
         raise SystemExit(1)
@@ -316,6 +322,7 @@ async def measure(
     return {
         "clients": clients,
         "rounds": rounds,
+        "warmup": warmup,
         "open_s": open_s,
         "open_second_half_s": second_half_s,
         "opens_per_s": clients / open_s,
@@ -346,7 +353,8 @@ if __name__ == "__main__":
     raise_fd_limit()
     kind, port, pid, clients, rounds, idle = sys.argv[1:7]
     wait = float(sys.argv[7]) if len(sys.argv) > 7 else SHUTDOWN_WAIT
+    warmup = int(sys.argv[8]) if len(sys.argv) > 8 else 0
     result = asyncio.run(
-        measure(kind, int(port), int(pid), int(clients), int(rounds), float(idle), wait)
+        measure(kind, int(port), int(pid), int(clients), int(rounds), float(idle), wait, warmup)
     )
     print(json.dumps(result))

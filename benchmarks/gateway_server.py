@@ -211,12 +211,28 @@ def log_collections(path: str) -> None:
     gc.callbacks.append(callback)
 
 
+_TYPES: dict[str, int] = {}
+
+
 def mark(what: str) -> None:
-    """A line in the collections' log (``GATEWAY_GC_LOG``), if kept."""
+    """A line in the collections' log (``GATEWAY_GC_LOG``), if kept; with
+    ``GATEWAY_GC_TYPES=1`` too, how many objects of each type the heap gained since
+    the previous mark (the most first): what stays alive while events are published."""
     log = os.environ.get("GATEWAY_GC_LOG")
     if log:
         with open(log, "a") as out:
             out.write(f"{time.time():.3f} {what} {GC_STATE['promoted']}\n")
+            if os.environ.get("GATEWAY_GC_TYPES"):
+                import collections
+                import gc
+
+                now = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+                if _TYPES:
+                    diff = {k: now[k] - _TYPES.get(k, 0) for k in now}
+                    for k, n in sorted(diff.items(), key=lambda kv: -kv[1])[:25]:
+                        out.write(f"    {n:+8d} {k}\n")
+                _TYPES.clear()
+                _TYPES.update(now)
 
 
 async def main(kind: str, port: int, clients: int, rounds: int) -> None:
