@@ -337,6 +337,7 @@ async def measure(
         "client_cpu_pct": own / publish_s * 100,
         "p50_ms": quantile(run.latencies, 0.5) * 1000,
         "p99_ms": quantile(run.latencies, 0.99) * 1000,
+        "late_p50_ms": quantile(late, 0.5) * 1000,
         "late_p99_ms": quantile(late, 0.99) * 1000,
         "on_time_pct": sum(1 for x in late if x <= 0.1) / len(late) * 100,
         "shutdown_s": shutdown_s,
