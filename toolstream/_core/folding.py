@@ -18,23 +18,17 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from .events import (
-    ApprovalRequested,
-    ApprovalResolved,
+    EVENT_TYPES,
+    MESSAGE_EVENTS,
+    BatchPhase,
     CallState,
     Event,
     MessageDelta,
-    ToolArgsDelta,
-    ToolCancelled,
-    ToolCompleted,
-    ToolCreated,
-    ToolDenied,
-    ToolFailed,
+    RunFinished,
+    RunStarted,
+    StreamReset,
     ToolOutputDelta,
-    ToolOutputPartial,
     ToolProgress,
-    ToolQueued,
-    ToolReady,
-    ToolStarted,
 )
 
 if TYPE_CHECKING:
@@ -42,26 +36,16 @@ if TYPE_CHECKING:
 
 __all__ = ["fold_in_order"]
 
-#: A call's events, which ``apply`` hands to ``_apply_call`` once it has ruled out the
-#: run, batch and reset classes one isinstance at a time: a fold goes there directly.
-_CALL_EVENTS = frozenset(
-    {
-        ToolCreated,
-        ToolArgsDelta,
-        ToolReady,
-        ToolQueued,
-        ToolStarted,
-        ToolProgress,
-        ToolOutputDelta,
-        ToolOutputPartial,
-        ToolCompleted,
-        ToolFailed,
-        ToolCancelled,
-        ToolDenied,
-        ApprovalRequested,
-        ApprovalResolved,
-    }
-)
+#: A call's events: every class but those ``apply`` rules out one isinstance at a time
+#: before it hands an event with a ``call_id`` to ``_apply_call`` (runs, batches, resets,
+#: and the messages, which have none). A fold goes to ``_apply_call`` directly.
+_CALL_EVENTS = frozenset(EVENT_TYPES) - {
+    RunStarted,
+    RunFinished,
+    BatchPhase,
+    StreamReset,
+    *MESSAGE_EVENTS,
+}
 
 
 def fold_in_order(view: LiveView, events: list[Event]) -> None:
