@@ -17,35 +17,12 @@ from collections.abc import Iterable
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from .events import (
-    EVENT_TYPES,
-    MESSAGE_EVENTS,
-    BatchPhase,
-    CallState,
-    Event,
-    MessageDelta,
-    RunFinished,
-    RunStarted,
-    StreamReset,
-    ToolOutputDelta,
-    ToolProgress,
-)
+from .events import CallState, Event, MessageDelta, ToolOutputDelta, ToolProgress
 
 if TYPE_CHECKING:
     from .view import LiveView
 
 __all__ = ["fold_in_order"]
-
-#: A call's events: every class but those ``apply`` rules out one isinstance at a time
-#: before it hands an event with a ``call_id`` to ``_apply_call`` (runs, batches, resets,
-#: and the messages, which have none). A fold goes to ``_apply_call`` directly.
-_CALL_EVENTS = frozenset(EVENT_TYPES) - {
-    RunStarted,
-    RunFinished,
-    BatchPhase,
-    StreamReset,
-    *MESSAGE_EVENTS,
-}
 
 
 def fold_in_order(view: LiveView, events: list[Event]) -> None:
@@ -66,7 +43,6 @@ def fold_in_order(view: LiveView, events: list[Event]) -> None:
 def _each(view: LiveView, events: Iterable[Event]) -> None:
     calls = view._calls
     running = CallState.RUNNING
-    call_events = _CALL_EVENTS
     # The steps of _apply_call for these two kinds, inline on purpose: a helper call per
     # event would give back a good part of what this path saves.
     for event in events:
@@ -91,9 +67,6 @@ def _each(view: LiveView, events: Iterable[Event]) -> None:
                 continue
         elif kind is MessageDelta and not event.call_id:  # a chat's text: past the dispatch
             view._apply_message(event)  # type: ignore[arg-type]
-            continue
-        if kind in call_events and event.call_id:  # a call's lifecycle: past the dispatch
-            view._apply_call(event)
             continue
         view.apply(event)
 

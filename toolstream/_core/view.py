@@ -10,6 +10,7 @@ import attrs
 
 from .codegen import compile_functions
 from .events import (
+    EVENT_TYPES,
     MESSAGE_EVENTS,
     ApprovalRequested,
     ApprovalResolved,
@@ -48,6 +49,17 @@ from .folding import fold_in_order
 from .ids import compare_ids
 
 __all__ = ["LiveView", "run_tree"]
+
+#: A call's events: every class but the runs, batches, resets and messages (which have
+#: no ``call_id``), which ``apply`` tells apart one isinstance at a time. Most events are
+#: a call's, so ``apply`` looks for these first, by exact class.
+_CALL_EVENTS = frozenset(EVENT_TYPES) - {
+    RunStarted,
+    RunFinished,
+    BatchPhase,
+    StreamReset,
+    *MESSAGE_EVENTS,
+}
 
 _ORDER = {
     CallState.CREATED: 0,
@@ -401,6 +413,9 @@ class LiveView:
 
     def apply(self, event: Event) -> bool:
         """Apply one event; False when it was ignored (a replay, or nothing to change)."""
+        if type(event) in _CALL_EVENTS and event.call_id:
+            self.last_id = event.id
+            return self._apply_call(event)
         if isinstance(event, StreamReset):
             self.reset(event.snapshot, event_id=event.id, ts=event.ts)
             return True
